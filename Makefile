@@ -1,0 +1,63 @@
+# minitransformer: every command a reader or maintainer needs. See README.md.
+#   make book        install (if needed) and build the HTML book into _build/html/
+#   make test        install (if needed) and run the unit tests and every notebook (nbval)
+#   make check-html  open every page of the built book in headless Chromium and check it
+#   make lab         JupyterLab on book/
+#   make serve       serve _build/html on http://127.0.0.1:8000
+#   make notebooks   re-execute the notebooks in place (refreshes their committed outputs)
+#   make bench       run the benchmarks in benchmarks/
+#   make clean       remove build outputs (keeps .venv; `make distclean` removes it too)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8000
+# Notebooks in reading order, from _toc.yml.
+NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
+
+.PHONY: install book test check-html lab serve notebooks bench clean distclean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade --quiet pip
+	$(BIN)/python -m pip install -r requirements.txt
+	touch $(STAMP)
+
+book: $(STAMP)
+	rm -rf _build/html _build/jupyter_execute
+	$(BIN)/jupyter-book build . --builder html -W -n --keep-going
+	@echo
+	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+check-html: $(STAMP)
+	@test -f _build/html/index.html || { echo "No built book: run 'make book' first."; exit 1; }
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab book/
+
+serve:
+	@test -f _build/html/index.html || { echo "No built book: run 'make book' first."; exit 1; }
+	@echo "Serving the book on http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+notebooks: $(STAMP)
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 $(NOTEBOOKS)
+
+bench: $(STAMP)
+	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

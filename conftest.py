@@ -1,0 +1,23 @@
+"""pytest collects every notebook listed in _toc.yml (under nbval) and no other notebook."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).parent
+
+
+def toc_notebooks() -> set[pathlib.Path]:
+    """The notebooks that _toc.yml lists, as absolute paths."""
+    files = re.findall(r"^\s*-?\s*(?:file|root):\s*([^\s#]+)", (ROOT / "_toc.yml").read_text(), re.M)
+    return {(ROOT / f).with_suffix(".ipynb").resolve() for f in files}
+
+
+_TOC = toc_notebooks()
+
+
+def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
+    if collection_path.suffix == ".ipynb":
+        return collection_path.resolve() not in _TOC or ".ipynb_checkpoints" in collection_path.parts
+    return None

@@ -1,0 +1,229 @@
+"""Scaled dot-product attention and multi-head attention.
+
+Explained in the chapters "Scaled dot-product attention" (``book/attention``) and
+"Multi-head attention" (``book/multihead``).
+
+Shape letters used throughout the package:
+
+====== ===========================================
+B      batch size
+T      target (query) length
+S      source (key/value) length
+h      number of (query) heads
+d_k    size of a query/key vector (per head)
+d_v    size of a value vector (per head)
+====== ===========================================
+
+Masks are boolean and ``True`` means "may attend", the convention of
+:func:`torch.nn.functional.scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "causal_mask",
+    "padding_mask",
+    "split_heads",
+    "merge_heads",
+    "MultiHeadAttention",
+]
+
+
+def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
+    """Raise ``ValueError`` unless ``mask`` is boolean and broadcasts to ``scores_shape``."""
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}"
+        )
+    try:
+        shape = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        shape = None
+    if shape != scores_shape:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape "
+            f"(..., T, S) = {tuple(scores_shape)}"
+        )
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, returning the output and the attention weights.
+
+    Section "Scaled dot-product attention" of the book derives every step.
+
+    Args:
+        query: ``(..., T, d_k)``.
+        key: ``(..., S, d_k)``.
+        value: ``(..., S, d_v)``.
+        mask: optional boolean tensor broadcastable to ``(..., T, S)``; ``True`` = may attend.
+            The leading (batch) dimensions of all four arguments broadcast.
+
+    Returns:
+        ``(output, weights)`` with shapes ``(..., T, d_v)`` and ``(..., T, S)``. Each row of
+        ``weights`` sums to one, except a query row whose keys are *all* masked: its weights
+        and its output are zero (never NaN).
+
+    Raises:
+        ValueError: if the query and key sizes ``d_k`` differ, if key and value have different
+            lengths ``S``, or if the mask is not boolean or does not broadcast.
+    """
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError(
+            "query, key and value need at least 2 dimensions (..., length, features), got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query (..., T, d_k) = {tuple(query.shape)} and key (..., S, d_k) = "
+            f"{tuple(key.shape)} must have the same d_k"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "
+            f"{tuple(value.shape)} must have the same length S"
+        )
+    try:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "the leading (batch) dimensions of query, key and value do not broadcast: "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        ) from None
+
+    d_k = query.shape[-1]
+    # (..., T, d_k) @ (..., d_k, S) -> (..., T, S): one row per query, one column per key.
+    scores = torch.matmul(query, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
+    if mask is not None:
+        _check_mask(mask, batch + scores.shape[-2:])
+        # Masked scores get the most negative finite number, so exp() makes them exactly 0.
+        # (-inf would turn a fully masked row into 0/0 = NaN.)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        # A fully masked row came out uniform; zero it (and the others' masked entries stay 0).
+        weights = weights.masked_fill(~mask, 0.0)
+    output = torch.matmul(weights, value)  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+    return output, weights
+
+
+def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
+    """The ``(size, size)`` boolean mask that is True on and below the diagonal.
+
+    Position ``t`` may attend to positions ``0..t`` only. It broadcasts against
+    ``(B, h, T, T)`` scores and combines with :func:`padding_mask` by ``&``.
+    """
+    if size < 0:
+        raise ValueError(f"size must be non-negative, got {size}")
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+    """A ``(B, 1, 1, max_len)`` boolean mask, True at the first ``lengths[b]`` positions.
+
+    It hides the padding keys of each sequence and broadcasts against ``(B, h, T, S)``
+    scores with ``S = max_len``.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    if lengths.numel() and (int(lengths.max()) > max_len or int(lengths.min()) < 0):
+        raise ValueError(f"lengths {lengths.tolist()} must lie in [0, max_len={max_len}]")
+    positions = torch.arange(max_len, device=lengths.device)
+    return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, max_len)
+
+
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """``(B, T, h * d_k) -> (B, h, T, d_k)``: cut the last dimension into ``h`` heads.
+
+    Head ``i`` gets features ``i*d_k .. (i+1)*d_k - 1``, the same layout as
+    :class:`torch.nn.MultiheadAttention`.
+    """
+    B, T, D = x.shape
+    if D % num_heads != 0:
+        raise ValueError(f"last dimension {D} of shape {tuple(x.shape)} is not divisible by {num_heads} heads")
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``(B, h, T, d_v) -> (B, T, h * d_v)``: concatenate the heads side by side (inverse of split)."""
+    B, h, T, d_v = x.shape
+    return x.transpose(1, 2).reshape(B, T, h * d_v)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention, batch-first (section "Multi-head attention").
+
+    ``h`` heads of size ``d_k = d_v = d_model / h`` each attend with
+    :func:`scaled_dot_product_attention`; their outputs are concatenated and mixed by ``W^O``.
+    The per-head projections ``W_i^Q`` (``d_model x d_k``) are the column blocks of one
+    ``d_model x d_model`` matrix, so one ``nn.Linear`` computes all heads at once.
+
+    Args:
+        d_model: model width.
+        num_heads: number of query heads ``h``; must divide ``d_model``.
+        dropout: dropout on the attention weights (training only).
+        bias: whether the four projections have biases.
+        num_kv_heads: number of key/value heads (grouped-query attention); defaults to
+            ``num_heads`` (plain multi-head attention); 1 gives multi-query attention.
+            Must divide ``num_heads``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        num_kv_heads: int | None = None,
+    ) -> None:
+        super().__init__()
+        if num_heads <= 0 or d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by num_heads={num_heads} (d_k = d_model / h)"
+            )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.d_k = d_model // num_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)  # all W_i^Q side by side
+        self.w_k = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)  # W^O: h*d_v x d_model
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Attend from ``query`` ``(B, T, d_model)`` to ``key``/``value`` ``(B, S, d_model)``.
+
+        Returns ``(output, weights)``: ``(B, T, d_model)`` and per-head ``(B, h, T, S)``.
+        ``mask`` is boolean, broadcastable to ``(B, h, T, S)``, True = may attend.
+        """
+        q = split_heads(self.w_q(query), self.num_heads)  # (B, h, T, d_k)
+        k = split_heads(self.w_k(key), self.num_kv_heads)  # (B, h_kv, S, d_k)
+        v = split_heads(self.w_v(value), self.num_kv_heads)  # (B, h_kv, S, d_v)
+        if self.num_kv_heads != self.num_heads:
+            # Grouped-query attention: each KV head serves num_heads / num_kv_heads query heads.
+            group = self.num_heads // self.num_kv_heads
+            k = k.repeat_interleave(group, dim=1)  # (B, h, S, d_k)
+            v = v.repeat_interleave(group, dim=1)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out = merge_heads(out)  # (B, T, h * d_v)
+        return self.w_o(out), weights

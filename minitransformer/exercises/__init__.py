@@ -1,0 +1,23 @@
+"""Checkers for the book's exercises.
+
+Every exercise in the book follows one pattern (see the intro page, "How the exercises work"):
+
+1. a **stub** cell the learner fills in (it starts as ``raise NotImplementedError``);
+2. a **checker** cell, ``check_xxx(your_function)``, calling a checker from this package;
+3. a collapsed **solution** that defines a reference answer and runs the same checker.
+
+A checker
+
+* prints ``Not attempted yet`` for an untouched stub and returns ``False`` (the notebook keeps
+  running);
+* raises :class:`ExerciseError` with a hint that names the likely mistake for a wrong answer;
+* prints ``Correct`` and returns ``True`` for a right one.
+
+Checkers live in one module per topic and are re-exported here, so a notebook only needs
+``from minitransformer.exercises import check_xxx``.
+"""
+
+from minitransformer.exercises._core import ExerciseError, NotAttempted, checker
+from minitransformer.exercises.warmup import check_softmax
+
+__all__ = ["ExerciseError", "NotAttempted", "checker", "check_softmax"]

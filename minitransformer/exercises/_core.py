@@ -1,0 +1,73 @@
+"""The machinery shared by every checker: attempt detection, hints and the verdict."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+
+
+class ExerciseError(AssertionError):
+    """A learner's answer is wrong; the message says what is likely wrong and how to fix it."""
+
+
+class NotAttempted(Exception):
+    """Raised inside a checker when the learner's stub still raises ``NotImplementedError``."""
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call the learner's function; an untouched stub becomes :class:`NotAttempted`.
+
+    Any other exception is reported as a wrong answer that names the exception.
+    """
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise NotAttempted from None
+    except Exception as exc:  # the learner's code crashed: say how
+        raise ExerciseError(
+            f"your function raised {type(exc).__name__}: {exc}. "
+            "Check the shapes of the tensors you combine."
+        ) from exc
+
+
+def checker(name: str) -> Callable[[Callable[..., None]], Callable[..., bool]]:
+    """Turn a function that raises :class:`ExerciseError` on mistakes into a checker.
+
+    The decorated checker prints one verdict line and returns ``True`` (correct) or
+    ``False`` (not attempted yet); a wrong answer propagates the :class:`ExerciseError`.
+    """
+
+    def decorate(check: Callable[..., None]) -> Callable[..., bool]:
+        @functools.wraps(check)
+        def run(*args: Any, **kwargs: Any) -> bool:
+            try:
+                check(*args, **kwargs)
+            except NotAttempted:
+                print(f"Not attempted yet: {name}. Replace the `raise NotImplementedError` "
+                      "in the stub with your code and run this cell again.")
+                return False
+            print(f"Correct: {name}.")
+            return True
+
+        return run
+
+    return decorate
+
+
+def expect_shape(result: Any, shape: tuple[int, ...], what: str = "the result") -> None:
+    """Raise :class:`ExerciseError` unless ``result`` is a tensor of exactly ``shape``."""
+    if not isinstance(result, torch.Tensor):
+        raise ExerciseError(f"{what} should be a torch.Tensor, got {type(result).__name__}")
+    if tuple(result.shape) != tuple(shape):
+        raise ExerciseError(f"{what} has shape {tuple(result.shape)}, expected {tuple(shape)}")
+
+
+def close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
+    """Same shape and values within ``atol`` (NaN never counts as close)."""
+    return (
+        isinstance(a, torch.Tensor)
+        and a.shape == b.shape
+        and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-4))
+    )
