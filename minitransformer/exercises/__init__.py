@@ -19,5 +19,18 @@ Checkers live in one module per topic and are re-exported here, so a notebook on
 
 from minitransformer.exercises._core import ExerciseError, NotAttempted, checker
 from minitransformer.exercises.warmup import check_softmax
+from minitransformer.exercises.positional import (
+    check_pairs_with_full_period,
+    check_shift_matrix,
+    check_sinusoidal_encoding,
+)
 
-__all__ = ["ExerciseError", "NotAttempted", "checker", "check_softmax"]
+__all__ = [
+    "ExerciseError",
+    "NotAttempted",
+    "checker",
+    "check_softmax",
+    "check_sinusoidal_encoding",
+    "check_shift_matrix",
+    "check_pairs_with_full_period",
+]
