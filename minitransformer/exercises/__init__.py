@@ -8,10 +8,9 @@ Every exercise in the book follows one pattern (see the intro page, "How the exe
 
 A checker
 
-* prints ``Not attempted yet`` for an untouched stub and returns ``False`` (the notebook keeps
-  running);
+* prints ``Not attempted yet`` for an untouched stub (the notebook keeps running);
 * raises :class:`ExerciseError` with a hint that names the likely mistake for a wrong answer;
-* prints ``Correct`` and returns ``True`` for a right one.
+* prints ``Correct`` for a right one (checkers return ``None``; tests read the printed line).
 
 Checkers live in one module per topic and are re-exported here, so a notebook only needs
 ``from minitransformer.exercises import check_xxx``.

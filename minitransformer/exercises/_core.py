@@ -32,24 +32,24 @@ def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         ) from exc
 
 
-def checker(name: str) -> Callable[[Callable[..., None]], Callable[..., bool]]:
+def checker(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Turn a function that raises :class:`ExerciseError` on mistakes into a checker.
 
-    The decorated checker prints one verdict line and returns ``True`` (correct) or
-    ``False`` (not attempted yet); a wrong answer propagates the :class:`ExerciseError`.
+    The decorated checker prints one verdict line, ``Correct: <name>.`` or
+    ``Not attempted yet: <name>. ...``, and returns ``None`` (so a notebook cell that ends with
+    the call shows only that line); a wrong answer propagates the :class:`ExerciseError`.
     """
 
-    def decorate(check: Callable[..., None]) -> Callable[..., bool]:
+    def decorate(check: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(check)
-        def run(*args: Any, **kwargs: Any) -> bool:
+        def run(*args: Any, **kwargs: Any) -> None:
             try:
                 check(*args, **kwargs)
             except NotAttempted:
                 print(f"Not attempted yet: {name}. Replace the `raise NotImplementedError` "
                       "in the stub with your code and run this cell again.")
-                return False
+                return
             print(f"Correct: {name}.")
-            return True
 
         return run
 
