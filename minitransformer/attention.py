@@ -21,6 +21,7 @@ Masks are boolean and ``True`` means "may attend", the convention of
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 from torch import Tensor, nn
@@ -35,11 +36,18 @@ __all__ = [
 ]
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
-    """Raise ``ValueError`` unless ``mask`` is boolean and broadcasts to ``scores_shape``."""
+def _check_mask(mask: Tensor, scores_shape: torch.Size, query: Tensor, key: Tensor) -> None:
+    """Raise unless ``mask`` is a boolean tensor that broadcasts to ``scores_shape`` exactly.
+
+    "Exactly" means the mask may not add leading dimensions of its own: a ``(B, 1, 1, S)``
+    padding mask with 3-D ``(B, T, d_k)`` queries would silently broadcast to ``(B, B, T, S)``.
+    """
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise ValueError(
-            f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}"
+            f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
+            "an additive float mask or a 0/1 integer mask is not accepted"
         )
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
@@ -48,7 +56,8 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size) -> None:
     if shape != scores_shape:
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape "
-            f"(..., T, S) = {tuple(scores_shape)}"
+            f"(..., T, S) = {tuple(scores_shape)} of query {tuple(query.shape)} and "
+            f"key {tuple(key.shape)}"
         )
 
 
@@ -57,28 +66,45 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q K^T / sqrt(d_k)) V, returning the output and the attention weights.
 
-    Section "Scaled dot-product attention" of the book derives every step.
+    Chapter "Scaled dot-product attention" (``book/attention``) derives every step: the
+    scores, the ``1/sqrt(d_k)`` scaling, the masking and the weighted sum.
 
     Args:
-        query: ``(..., T, d_k)``.
-        key: ``(..., S, d_k)``.
-        value: ``(..., S, d_v)``.
-        mask: optional boolean tensor broadcastable to ``(..., T, S)``; ``True`` = may attend.
-            The leading (batch) dimensions of all four arguments broadcast.
+        query: ``(..., T, d_k)``, one row per position that asks.
+        key: ``(..., S, d_k)``, one row per position that can be looked at.
+        value: ``(..., S, d_v)``, what each of those ``S`` positions passes on.
+        mask: optional boolean tensor broadcastable to ``(..., T, S)``; ``True`` = may attend
+            (the convention of :func:`torch.nn.functional.scaled_dot_product_attention`).
+            The leading (batch) dimensions of query, key and value broadcast with each other;
+            the mask broadcasts to theirs but may not add dimensions of its own.
 
     Returns:
         ``(output, weights)`` with shapes ``(..., T, d_v)`` and ``(..., T, S)``. Each row of
         ``weights`` sums to one, except a query row whose keys are *all* masked: its weights
-        and its output are zero (never NaN).
+        and its output are zero (never NaN), as in
+        :func:`torch.nn.functional.scaled_dot_product_attention`.
 
     Raises:
-        ValueError: if the query and key sizes ``d_k`` differ, if key and value have different
-            lengths ``S``, or if the mask is not boolean or does not broadcast.
+        TypeError: if an argument is not a tensor, or query/key/value are not floating point.
+        ValueError: if query, key and value have fewer than 2 dimensions or different dtypes,
+            if the query and key sizes ``d_k`` differ, if key and value have different lengths
+            ``S``, if the batch dimensions do not broadcast, or if the mask is not boolean or
+            does not broadcast to ``(..., T, S)``. The message names the shapes.
     """
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise ValueError(
             "query, key and value need at least 2 dimensions (..., length, features), got "
             f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            f"query, key and value must have the same dtype, got {query.dtype}, {key.dtype} "
+            f"and {value.dtype}"
         )
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
@@ -97,29 +123,48 @@ def scaled_dot_product_attention(
             "the leading (batch) dimensions of query, key and value do not broadcast: "
             f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         ) from None
+    if mask is not None:
+        _check_mask(mask, batch + (query.shape[-2], key.shape[-2]), query, key)
 
     d_k = query.shape[-1]
+    # Scaling the query before the product is the same as scaling the scores, but keeps the
+    # intermediate sums small: in float16, q . k itself can overflow (max 65504).
+    scaled_query = query * (1.0 / math.sqrt(d_k))  # (..., T, d_k)
     # (..., T, d_k) @ (..., d_k, S) -> (..., T, S): one row per query, one column per key.
-    scores = torch.matmul(query, key.transpose(-2, -1)) * (1.0 / math.sqrt(d_k))
+    scores = torch.matmul(scaled_query, key.transpose(-2, -1))
     if mask is not None:
-        _check_mask(mask, batch + scores.shape[-2:])
-        # Masked scores get the most negative finite number, so exp() makes them exactly 0.
-        # (-inf would turn a fully masked row into 0/0 = NaN.)
+        # Masked scores get the most negative finite number, so that exp() makes them exactly
+        # 0 in every row that has at least one visible key. (-inf would do the same there, but
+        # turn a fully masked row into 0/0 = NaN, in the forward and in the backward pass.)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = torch.softmax(scores, dim=-1)
+    # softmax subtracts the row maximum first, so scores of 1e4 do not overflow exp().
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to one
     if mask is not None:
-        # A fully masked row came out uniform; zero it (and the others' masked entries stay 0).
+        # A fully masked row came out uniform (all its scores were equal): zero it. In the
+        # other rows the masked entries are exactly 0 already, so nothing changes there.
         weights = weights.masked_fill(~mask, 0.0)
     output = torch.matmul(weights, value)  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
     return output, weights
 
 
+def _as_int(value: object, name: str) -> int:
+    """``value`` as a Python int (ints, numpy ints and 0-d integer tensors); else TypeError."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     """The ``(size, size)`` boolean mask that is True on and below the diagonal.
 
-    Position ``t`` may attend to positions ``0..t`` only. It broadcasts against
+    Position ``t`` may attend to positions ``0..t`` only (chapter "Scaled dot-product
+    attention", section on masks). It broadcasts against ``(T, T)``, ``(B, T, T)`` and
     ``(B, h, T, T)`` scores and combines with :func:`padding_mask` by ``&``.
     """
+    size = _as_int(size, "size")
     if size < 0:
         raise ValueError(f"size must be non-negative, got {size}")
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
@@ -128,15 +173,22 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
 def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
     """A ``(B, 1, 1, max_len)`` boolean mask, True at the first ``lengths[b]`` positions.
 
-    It hides the padding keys of each sequence and broadcasts against ``(B, h, T, S)``
-    scores with ``S = max_len``.
+    It hides the padding keys of each sequence (chapter "Scaled dot-product attention",
+    section on masks) and broadcasts against ``(B, h, T, S)`` scores with ``S = max_len``;
+    ``padding_mask(lengths, T) & causal_mask(T)`` is the ``(B, 1, T, T)`` decoder mask.
+    ``lengths`` is a 1-D integer tensor (or list) of shape ``(B,)``.
     """
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1:
         raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    max_len = _as_int(max_len, "max_len")
+    if max_len < 0:
+        raise ValueError(f"max_len must be non-negative, got {max_len}")
     if lengths.numel() and (int(lengths.max()) > max_len or int(lengths.min()) < 0):
         raise ValueError(f"lengths {lengths.tolist()} must lie in [0, max_len={max_len}]")
-    positions = torch.arange(max_len, device=lengths.device)
+    positions = torch.arange(max_len, device=lengths.device)  # (S,)
     return (positions[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, max_len)
 
 
