@@ -1,7 +1,8 @@
 # minitransformer: every command a reader or maintainer needs. See README.md.
 #   make book        install (if needed) and build the HTML book into _build/html/
 #   make test        install (if needed) and run the unit tests and every notebook (nbval)
-#   make check-html  open every page of the built book in headless Chromium and check it
+#   make check-html  open every page of the built book (built first if missing) in headless
+#                    Chromium and check it
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
 #   make notebooks   re-execute the notebooks in place (refreshes their committed outputs)
@@ -36,7 +37,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 check-html: $(STAMP)
-	@test -f _build/html/index.html || { echo "No built book: run 'make book' first."; exit 1; }
+	@test -f _build/html/index.html || $(MAKE) book
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
 
