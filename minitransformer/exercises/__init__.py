@@ -18,6 +18,11 @@ Checkers live in one module per topic and are re-exported here, so a notebook on
 
 from minitransformer.exercises._core import ExerciseError, NotAttempted, checker
 from minitransformer.exercises.warmup import check_softmax
+from minitransformer.exercises.attention import (
+    check_attention,
+    check_causal_mask,
+    check_cross_attention_shapes,
+)
 from minitransformer.exercises.positional import (
     check_pairs_with_full_period,
     check_shift_matrix,
@@ -29,6 +34,9 @@ __all__ = [
     "NotAttempted",
     "checker",
     "check_softmax",
+    "check_attention",
+    "check_causal_mask",
+    "check_cross_attention_shapes",
     "check_sinusoidal_encoding",
     "check_shift_matrix",
     "check_pairs_with_full_period",
