@@ -1,0 +1,185 @@
+"""Tiled attention with an online softmax: FlashAttention's idea in plain PyTorch.
+
+Explained in the chapter "Inference: the KV cache and the cost of attention"
+(``book/inference``), section "FlashAttention's idea".
+
+Naive attention materialises the full ``(T, S)`` score matrix (and a second one for the
+softmax weights). :func:`tiled_attention` instead walks over the keys and values in blocks of
+``block_size`` positions and keeps, for every query row, only three running quantities:
+
+* ``m``: the largest score seen so far,
+* ``l``: the normaliser ``sum_j exp(s_j - m)`` over the keys seen so far,
+* ``acc``: the unnormalised output ``sum_j exp(s_j - m) v_j`` over the keys seen so far.
+
+When a new block raises the maximum from ``m`` to ``m'``, the old ``l`` and ``acc`` are
+rescaled by ``exp(m - m')``; at the end ``acc / l`` is exactly ``softmax(scores) @ V``. The
+largest intermediate is a ``(T, block_size)`` score block instead of ``(T, S)``.
+
+FlashAttention (Dao et al., 2022) does the same inside one fused GPU kernel, with the tiles
+held in on-chip SRAM; the saving there is memory *traffic*. Here, in plain PyTorch on a CPU, we
+can only show the other half of the idea: the same result with far less memory.
+
+Shape letters: B batch (any leading dimensions), T queries, S keys/values, d_k, d_v.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["online_softmax_step", "tiled_attention", "peak_memory_bytes"]
+
+
+def online_softmax_step(
+    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fold one block of keys into the running softmax statistics (section "FlashAttention's idea").
+
+    Args:
+        m: ``(..., T, 1)`` running maximum of the scores seen so far (``-inf`` before the first
+            block).
+        l: ``(..., T, 1)`` running normaliser ``sum exp(s - m)``.
+        acc: ``(..., T, d_v)`` running unnormalised output ``sum exp(s - m) v``.
+        scores: ``(..., T, S_blk)`` the scores of the new block (masked entries ``-inf``).
+        values: ``(..., S_blk, d_v)`` the values of the new block.
+
+    Returns:
+        The updated ``(m, l, acc)``. After the last block, ``acc / l`` is the attention output.
+    """
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T, 1)
+    # A row that has seen only masked keys keeps m_new = -inf; use 0 there so that
+    # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
+    m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+    p = torch.exp(scores - m_safe)  # (..., T, S_blk) unnormalised block weights
+    correction = torch.exp(m - m_safe)  # (..., T, 1) rescales what was summed under the old max
+    l_new = correction * l + p.sum(dim=-1, keepdim=True)
+    acc_new = correction * acc + torch.matmul(p, values)  # (..., T, d_v)
+    return m_new, l_new, acc_new
+
+
+def tiled_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    block_size: int = 64,
+    causal: bool = False,
+) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V computed block by block, never forming the ``(T, S)`` matrix.
+
+    Section "FlashAttention's idea" of the chapter ``book/inference`` derives the online
+    softmax this relies on (:func:`online_softmax_step`).
+
+    Args:
+        query: ``(..., T, d_k)``.
+        key: ``(..., S, d_k)``.
+        value: ``(..., S, d_v)``. Leading (batch, head) dimensions must be equal.
+        block_size: number of key/value positions processed at once; any positive integer
+            (it need not divide ``S``).
+        causal: if True, query ``t`` attends to keys ``0..t`` only: the top-left aligned
+            causal mask of :func:`torch.nn.functional.scaled_dot_product_attention` with
+            ``is_causal=True`` (``torch.ones(T, S).tril()``).
+
+    Returns:
+        ``(..., T, d_v)``, equal to ``scaled_dot_product_attention(query, key, value)`` up to
+        floating-point rounding. A query row with no visible key (``S == 0``) gives zeros.
+
+    Raises:
+        ValueError: for mismatched shapes or a non-positive ``block_size``.
+    """
+    if not isinstance(block_size, int) or block_size <= 0:
+        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError(
+            "query, key and value need at least 2 dimensions (..., length, features), got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query (..., T, d_k) = {tuple(query.shape)} and key (..., S, d_k) = "
+            f"{tuple(key.shape)} must have the same d_k"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "
+            f"{tuple(value.shape)} must have the same length S"
+        )
+    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
+        raise ValueError(
+            "query, key and value must have the same leading (batch, head) dimensions, got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+
+    T, d_k = query.shape[-2], query.shape[-1]
+    S, d_v = key.shape[-2], value.shape[-1]
+    lead = query.shape[:-2]
+    # Scale the queries once (T x d_k) rather than every score block.
+    q = query * (1.0 / math.sqrt(d_k))
+    m = torch.full((*lead, T, 1), float("-inf"), dtype=query.dtype, device=query.device)
+    l = torch.zeros((*lead, T, 1), dtype=query.dtype, device=query.device)
+    acc = torch.zeros((*lead, T, d_v), dtype=query.dtype, device=query.device)
+    rows = torch.arange(T, device=query.device)[:, None]  # (T, 1) query positions (causal)
+
+    # With the top-left causal mask, key j is visible to some query only if j <= T - 1.
+    stop = min(S, T) if causal else S
+    for start in range(0, stop, block_size):
+        end = min(start + block_size, stop)
+        k_blk = key[..., start:end, :]  # (..., S_blk, d_k)
+        v_blk = value[..., start:end, :]  # (..., S_blk, d_v)
+        scores = torch.matmul(q, k_blk.transpose(-2, -1))  # (..., T, S_blk): the only score tile
+        if causal:
+            cols = torch.arange(start, end, device=query.device)[None, :]  # (1, S_blk)
+            scores = scores.masked_fill(cols > rows, float("-inf"))  # key after query: hidden
+        m, l, acc = online_softmax_step(m, l, acc, scores, v_blk)
+
+    # A row that saw no key at all has l = 0 and acc = 0: clamping l gives 0, not 0/0 = NaN.
+    return acc / l.clamp_min(torch.finfo(l.dtype).tiny)
+
+
+def peak_memory_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """Peak bytes of CPU tensor memory allocated while ``fn(*args, **kwargs)`` runs.
+
+    Method: :mod:`torch.profiler` with ``profile_memory=True`` records the bytes every CPU
+    tensor allocation and free adds or removes, attributed to the operator that made it. We
+    replay those events in time order, keep a running total and report its maximum: the
+    *extra* memory the call needed on top of what existed before it (its inputs). The returned
+    output is part of it. Allocations and frees inside a single operator are netted out, so a
+    temporary that lives only inside one kernel is not seen; the large intermediates between
+    operators (score matrices, softmax weights) are.
+
+    Used by ``benchmarks/bench_flash.py`` and the chapter ``book/inference``.
+
+    Returns:
+        ``(peak_bytes, result)``.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    # The profiler's C++ backend logs two lines to file descriptor 2 (stderr) when it starts
+    # and stops; send them to /dev/null so that notebooks and benchmarks show only our results.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    libc = ctypes.CDLL(None)
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        libc.fflush(None)
+        os.dup2(devnull, 2)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            result = fn(*args, **kwargs)
+        libc.fflush(None)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    current = peak = 0
+    for event in events:
+        current += event.self_cpu_memory_usage
+        peak = max(peak, current)
+    return peak, result

@@ -1,0 +1,137 @@
+"""tiled_attention (online softmax) against torch's scaled_dot_product_attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from minitransformer.flash import online_softmax_step, peak_memory_bytes, tiled_attention
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.integers(1, 2),
+    heads=st.integers(1, 3),
+    T=st.integers(1, 40),
+    S=st.integers(1, 40),
+    d_k=st.sampled_from([1, 4, 8, 16]),
+    d_v=st.sampled_from([1, 5, 8]),
+    block_size=st.integers(1, 50),
+    seed=st.integers(0, 2**16),
+)
+def test_equals_sdpa_random_shapes(batch, heads, T, S, d_k, d_v, block_size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, T, d_k, generator=gen)
+    k = torch.randn(batch, heads, S, d_k, generator=gen)
+    v = torch.randn(batch, heads, S, d_v, generator=gen)
+    got = tiled_attention(q, k, v, block_size=block_size)
+    want = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    T=st.integers(1, 40),
+    S=st.integers(1, 40),
+    block_size=st.integers(1, 50),
+    seed=st.integers(0, 2**16),
+)
+def test_causal_equals_sdpa_is_causal(T, S, block_size, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 2, T, 8, generator=gen)
+    k = torch.randn(2, 2, S, 8, generator=gen)
+    v = torch.randn(2, 2, S, 8, generator=gen)
+    got = tiled_attention(q, k, v, block_size=block_size, causal=True)
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_size", [7, 64, 100, 1000])
+def test_block_sizes_not_dividing_T(block_size):
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 257, 32, generator=gen) for _ in range(3))
+    for causal in (False, True):
+        got = tiled_attention(q, k, v, block_size=block_size, causal=causal)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_large_scores_do_not_overflow():
+    # Scores around 1e4: exp() without the running max would overflow to inf.
+    gen = torch.Generator().manual_seed(2)
+    q = 100 * torch.randn(1, 16, 8, generator=gen)
+    k = 100 * torch.randn(1, 33, 8, generator=gen)
+    v = torch.randn(1, 33, 4, generator=gen)
+    got = tiled_attention(q, k, v, block_size=5)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+def test_no_leading_dims_and_float64():
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(9, 6, generator=gen, dtype=torch.float64)
+    k = torch.randn(13, 6, generator=gen, dtype=torch.float64)
+    v = torch.randn(13, 3, generator=gen, dtype=torch.float64)
+    got = tiled_attention(q, k, v, block_size=4)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v), atol=1e-12, rtol=0)
+
+
+def test_empty_keys_give_zeros_not_nan():
+    q = torch.randn(1, 3, 4)
+    out = tiled_attention(q, torch.zeros(1, 0, 4), torch.zeros(1, 0, 2))
+    assert out.shape == (1, 3, 2)
+    assert torch.equal(out, torch.zeros(1, 3, 2))
+
+
+def test_online_softmax_step_blockwise_equals_softmax():
+    # Folding the blocks one at a time gives softmax(scores) @ V and the true max / normaliser.
+    gen = torch.Generator().manual_seed(4)
+    scores = torch.randn(3, 10, generator=gen, dtype=torch.float64)
+    values = torch.randn(10, 2, generator=gen, dtype=torch.float64)
+    m = torch.full((3, 1), float("-inf"), dtype=torch.float64)
+    l = torch.zeros(3, 1, dtype=torch.float64)
+    acc = torch.zeros(3, 2, dtype=torch.float64)
+    for start in range(0, 10, 3):
+        m, l, acc = online_softmax_step(m, l, acc, scores[:, start:start + 3], values[start:start + 3])
+    torch.testing.assert_close(m, scores.amax(-1, keepdim=True))
+    torch.testing.assert_close(l, torch.exp(scores - m).sum(-1, keepdim=True))
+    torch.testing.assert_close(acc / l, torch.softmax(scores, -1) @ values)
+
+
+@pytest.mark.parametrize(
+    "shapes, match",
+    [
+        (((2, 5, 8), (2, 6, 4), (2, 6, 4)), "same d_k"),
+        (((2, 5, 8), (2, 6, 8), (2, 7, 4)), "same length S"),
+        (((2, 5, 8), (3, 6, 8), (3, 6, 4)), "leading"),
+        (((5,), (6, 8), (6, 4)), "at least 2 dimensions"),
+    ],
+)
+def test_bad_shapes_raise(shapes, match):
+    q, k, v = (torch.zeros(s) for s in shapes)
+    with pytest.raises(ValueError, match=match):
+        tiled_attention(q, k, v)
+
+
+@pytest.mark.parametrize("block_size", [0, -3, 2.5])
+def test_bad_block_size_raises(block_size):
+    x = torch.zeros(1, 4, 4)
+    with pytest.raises(ValueError, match="block_size"):
+        tiled_attention(x, x, x, block_size=block_size)
+
+
+def test_peak_memory_counts_the_score_matrix():
+    # Naive attention keeps a (T, S) score matrix and its softmax; the tiled version only a
+    # (T, block) tile: the profiler-based measurement must see the difference.
+    T, d = 512, 16
+    q = torch.randn(1, T, d)
+    naive_peak, _ = peak_memory_bytes(
+        lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q
+    )
+    assert naive_peak >= 2 * T * T * 4  # scores and weights, float32
+    tiled_peak, out = peak_memory_bytes(tiled_attention, q, q, q, block_size=64)
+    assert out.shape == (1, T, d)
+    assert tiled_peak < naive_peak / 4
