@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
@@ -33,6 +35,9 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "MultiHeadAttention",
+    "AttentionFlops",
+    "attention_parameter_count",
+    "attention_flops",
 ]
 
 
@@ -196,18 +201,31 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """``(B, T, h * d_k) -> (B, h, T, d_k)``: cut the last dimension into ``h`` heads.
 
     Head ``i`` gets features ``i*d_k .. (i+1)*d_k - 1``, the same layout as
-    :class:`torch.nn.MultiheadAttention`.
+    :class:`torch.nn.MultiheadAttention`. The result is a view (no copy): one big projection
+    ``x @ W^Q`` of width ``h * d_k``, read as ``h`` projections of width ``d_k``.
+    Section "Multi-head attention", "One big projection, reshaped".
     """
+    if x.dim() != 3:
+        raise ValueError(f"split_heads expects (B, T, h * d_k), got shape {tuple(x.shape)}")
     B, T, D = x.shape
-    if D % num_heads != 0:
-        raise ValueError(f"last dimension {D} of shape {tuple(x.shape)} is not divisible by {num_heads} heads")
-    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)
+    if num_heads <= 0 or D % num_heads != 0:
+        raise ValueError(
+            f"last dimension {D} of shape {tuple(x.shape)} is not divisible by "
+            f"num_heads={num_heads}"
+        )
+    return x.view(B, T, num_heads, D // num_heads).transpose(1, 2)  # (B, h, T, d_k)
 
 
 def merge_heads(x: Tensor) -> Tensor:
-    """``(B, h, T, d_v) -> (B, T, h * d_v)``: concatenate the heads side by side (inverse of split)."""
+    """``(B, h, T, d_v) -> (B, T, h * d_v)``: concatenate the heads side by side.
+
+    The inverse of :func:`split_heads`: ``merge_heads(split_heads(x, h)) == x``. This is the
+    "Concat(head_1, ..., head_h)" of the paper, ready for ``W^O``.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads expects (B, h, T, d_v), got shape {tuple(x.shape)}")
     B, h, T, d_v = x.shape
-    return x.transpose(1, 2).reshape(B, T, h * d_v)
+    return x.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T, h, d_v) -> (B, T, h * d_v)
 
 
 class MultiHeadAttention(nn.Module):
@@ -216,16 +234,23 @@ class MultiHeadAttention(nn.Module):
     ``h`` heads of size ``d_k = d_v = d_model / h`` each attend with
     :func:`scaled_dot_product_attention`; their outputs are concatenated and mixed by ``W^O``.
     The per-head projections ``W_i^Q`` (``d_model x d_k``) are the column blocks of one
-    ``d_model x d_model`` matrix, so one ``nn.Linear`` computes all heads at once.
+    ``d_model x h*d_k`` matrix, so one ``nn.Linear`` computes all heads at once.
 
     Args:
         d_model: model width.
-        num_heads: number of query heads ``h``; must divide ``d_model``.
+        num_heads: number of query heads ``h``; must divide ``d_model`` (unless ``head_dim``
+            is given).
         dropout: dropout on the attention weights (training only).
         bias: whether the four projections have biases.
         num_kv_heads: number of key/value heads (grouped-query attention); defaults to
             ``num_heads`` (plain multi-head attention); 1 gives multi-query attention.
             Must divide ``num_heads``.
+        head_dim: size ``d_k = d_v`` of each head; defaults to ``d_model // num_heads`` (the
+            paper's choice). Any other value changes the cost, as the chapter's design
+            question 2 measures.
+
+    Shapes: ``query`` ``(B, T, d_model)``, ``key``/``value`` ``(B, S, d_model)``; the output is
+    ``(B, T, d_model)`` and the per-head weights ``(B, h, T, S)``.
     """
 
     def __init__(
@@ -235,25 +260,33 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         num_kv_heads: int | None = None,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or d_model % num_heads != 0:
-            raise ValueError(
-                f"d_model={d_model} must be divisible by num_heads={num_heads} (d_k = d_model / h)"
-            )
+        if num_heads <= 0:
+            raise ValueError(f"num_heads must be positive, got {num_heads}")
+        if head_dim is None:
+            if d_model % num_heads != 0:
+                raise ValueError(
+                    f"d_model={d_model} must be divisible by num_heads={num_heads} "
+                    f"(d_k = d_model / h); d_model % num_heads = {d_model % num_heads}"
+                )
+            head_dim = d_model // num_heads
+        if head_dim <= 0:
+            raise ValueError(f"head_dim must be positive, got {head_dim}")
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         if num_kv_heads <= 0 or num_heads % num_kv_heads != 0:
-            raise ValueError(
-                f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}"
-            )
+            raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
-        self.d_k = d_model // num_heads
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)  # all W_i^Q side by side
-        self.w_k = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
-        self.w_v = nn.Linear(d_model, num_kv_heads * self.d_k, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)  # W^O: h*d_v x d_model
+        self.d_k = head_dim
+        self.w_q = nn.Linear(d_model, num_heads * head_dim, bias=bias)  # all W_i^Q side by side
+        self.w_k = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.w_v = nn.Linear(d_model, num_kv_heads * head_dim, bias=bias)
+        self.w_o = nn.Linear(num_heads * head_dim, d_model, bias=bias)  # W^O: h*d_v x d_model
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -262,12 +295,22 @@ class MultiHeadAttention(nn.Module):
         key: Tensor,
         value: Tensor,
         mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
+        need_weights: bool = True,
+    ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` ``(B, T, d_model)`` to ``key``/``value`` ``(B, S, d_model)``.
 
-        Returns ``(output, weights)``: ``(B, T, d_model)`` and per-head ``(B, h, T, S)``.
-        ``mask`` is boolean, broadcastable to ``(B, h, T, S)``, True = may attend.
+        Args:
+            mask: boolean, broadcastable to ``(B, h, T, S)``, True = may attend.
+            need_weights: ``True`` (default) computes the attention explicitly with
+                :func:`scaled_dot_product_attention` and returns the per-head weights.
+                ``False`` calls PyTorch's fused kernel
+                :func:`torch.nn.functional.scaled_dot_product_attention`, which never
+                materialises the ``(B, h, T, S)`` weights, and returns ``None`` for them.
+
+        Returns:
+            ``(output, weights)``: ``(B, T, d_model)`` and ``(B, h, T, S)`` (or ``None``).
         """
+        self._check_inputs(query, key, value)
         q = split_heads(self.w_q(query), self.num_heads)  # (B, h, T, d_k)
         k = split_heads(self.w_k(key), self.num_kv_heads)  # (B, h_kv, S, d_k)
         v = split_heads(self.w_v(value), self.num_kv_heads)  # (B, h_kv, S, d_v)
@@ -275,7 +318,138 @@ class MultiHeadAttention(nn.Module):
             # Grouped-query attention: each KV head serves num_heads / num_kv_heads query heads.
             group = self.num_heads // self.num_kv_heads
             k = k.repeat_interleave(group, dim=1)  # (B, h, S, d_k)
-            v = v.repeat_interleave(group, dim=1)
-        out, weights = scaled_dot_product_attention(q, k, v, mask)
-        out = merge_heads(out)  # (B, T, h * d_v)
-        return self.w_o(out), weights
+            v = v.repeat_interleave(group, dim=1)  # (B, h, S, d_v)
+        p = self.dropout.p if self.training else 0.0
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, h, T, d_v)
+            if p > 0.0:
+                weights = self.dropout(weights)  # drop whole query-key links, training only
+                out = torch.matmul(weights, v)  # (B, h, T, d_v)
+        else:
+            if mask is not None:
+                _check_mask(mask, q.shape[:-1] + k.shape[-2:-1], q, k)  # (B, h, T, S)
+            # Same convention as ours: a boolean attn_mask is True where attention is allowed.
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            weights = None
+        return self.w_o(merge_heads(out)), weights  # (B, T, h * d_v) -> (B, T, d_model)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        """Raise ``ValueError`` naming the shapes unless they fit ``(B, T|S, d_model)``."""
+        shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+            raise ValueError(f"query, key and value must be 3-D (B, length, d_model), got {shapes}")
+        if query.shape[-1] != self.d_model or key.shape[-1] != self.d_model or value.shape[-1] != self.d_model:
+            raise ValueError(f"expected last dimension d_model={self.d_model}, got {shapes}")
+        if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
+            raise ValueError(f"key and value must be (B, S, d_model) with the query's B, got {shapes}")
+
+    @classmethod
+    def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A copy of ``torch.nn.MultiheadAttention(d_model, h, batch_first=True)``'s weights.
+
+        PyTorch stacks ``[W_q; W_k; W_v]`` into one ``(3 d_model, d_model)``
+        ``in_proj_weight``; we cut it into our three projections. Call the result with batch-
+        first inputs and *our* mask convention (True = may attend); PyTorch's boolean
+        ``attn_mask`` and ``key_padding_mask`` mean the opposite (True = blocked).
+
+        Raises:
+            TypeError: if ``module`` is not a ``torch.nn.MultiheadAttention``.
+            ValueError: for ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv`` or
+                ``add_zero_attn``, which this module does not have.
+        """
+        if not isinstance(module, nn.MultiheadAttention):
+            raise TypeError(f"expected torch.nn.MultiheadAttention, got {type(module).__name__}")
+        if not module._qkv_same_embed_dim:
+            raise ValueError(
+                f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim}"
+            )
+        if module.bias_k is not None or module.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
+        bias = module.in_proj_bias is not None
+        new = cls(module.embed_dim, module.num_heads, dropout=module.dropout, bias=bias)
+        new = new.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
+        w_q, w_k, w_v = module.in_proj_weight.detach().chunk(3, dim=0)  # 3 x (d_model, d_model)
+        with torch.no_grad():
+            for ours, w in ((new.w_q, w_q), (new.w_k, w_k), (new.w_v, w_v)):
+                ours.weight.copy_(w)
+            new.w_o.weight.copy_(module.out_proj.weight)
+            if bias:
+                for ours, b in zip((new.w_q, new.w_k, new.w_v), module.in_proj_bias.chunk(3)):
+                    ours.bias.copy_(b)
+                new.w_o.bias.copy_(module.out_proj.bias)
+        return new.train(module.training)
+
+
+def _head_sizes(d_model: int, num_heads: int, num_kv_heads: int | None, head_dim: int | None) -> tuple[int, int]:
+    """Validate the cost functions' arguments; return ``(d_k, h_kv)``."""
+    if d_model <= 0 or num_heads <= 0:
+        raise ValueError(f"d_model={d_model} and num_heads={num_heads} must be positive")
+    if head_dim is None:
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
+        head_dim = d_model // num_heads
+    h_kv = num_heads if num_kv_heads is None else num_kv_heads
+    if head_dim <= 0 or h_kv <= 0 or num_heads % h_kv != 0:
+        raise ValueError(
+            f"head_dim={head_dim} must be positive and num_kv_heads={h_kv} must divide "
+            f"num_heads={num_heads}"
+        )
+    return head_dim, h_kv
+
+
+def attention_parameter_count(
+    d_model: int,
+    num_heads: int,
+    bias: bool = True,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+) -> int:
+    """Parameters of :class:`MultiHeadAttention` (section "Why d_k = d_model / h?").
+
+    ``W^Q`` is ``d_model x h*d_k``, ``W^K`` and ``W^V`` are ``d_model x h_kv*d_k``, ``W^O`` is
+    ``h*d_v x d_model``. With ``d_k = d_model / h`` this is ``4 d_model^2 + 4 d_model`` for
+    every ``h``: the number of heads does not change the size of the layer.
+    """
+    d_k, h_kv = _head_sizes(d_model, num_heads, num_kv_heads, head_dim)
+    q_out, kv_out = num_heads * d_k, h_kv * d_k
+    weights = d_model * q_out + 2 * d_model * kv_out + q_out * d_model
+    biases = q_out + 2 * kv_out + d_model if bias else 0
+    return weights + biases
+
+
+class AttentionFlops(NamedTuple):
+    """Multiply-adds of one multi-head attention call, per batch element."""
+
+    projections: int
+    """The four projections ``Q = X W^Q``, ``K``, ``V`` and ``Concat(heads) W^O``."""
+    attention: int
+    """The two attention matmuls ``Q K^T`` and ``weights V``, summed over heads."""
+
+    @property
+    def total(self) -> int:
+        return self.projections + self.attention
+
+
+def attention_flops(
+    T: int,
+    S: int,
+    d_model: int,
+    num_heads: int,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
+) -> AttentionFlops:
+    """Multiply-adds of :class:`MultiHeadAttention` for one sequence (section "Why d_k = d_model / h?").
+
+    Counts the projections (``T d_model h d_k`` for queries, ``S d_model h_kv d_k`` each for
+    keys and values, ``T h d_v d_model`` for ``W^O``) and the two attention matmuls
+    (``h T S d_k`` for the scores, ``h T S d_v`` for the weighted sum). Softmax, scaling and
+    biases are lower order and left out. Multiply by 2 for floating-point operations and by
+    ``B`` for a batch.
+    """
+    if T < 0 or S < 0:
+        raise ValueError(f"lengths must be non-negative, got T={T}, S={S}")
+    d_k, h_kv = _head_sizes(d_model, num_heads, num_kv_heads, head_dim)
+    projections = T * d_model * num_heads * d_k + 2 * S * d_model * h_kv * d_k
+    projections += T * num_heads * d_k * d_model
+    attention = 2 * num_heads * T * S * d_k
+    return AttentionFlops(projections, attention)
