@@ -1,0 +1,677 @@
+#!/usr/bin/env python3
+"""Browser check of the built book: open every HTML page in headless Chromium, offline.
+
+Usage (from the repository root; `make check-html` runs exactly this):
+
+    .venv/bin/python tests/html/check_html.py _build/html --screenshots _build/screenshots
+
+The script serves BUILD_DIR on 127.0.0.1 (a throwaway http.server on a free port that it
+starts and stops itself), drives the system Chromium (`/usr/bin/chromium`, Debian package
+`chromium`) through Playwright, and aborts every request that does not go to that local
+server, so the book is checked exactly as a reader without network access would see it.
+
+For every page it asserts:
+
+* the page loads with no JavaScript error, no failed local request (404, ...) and no attempt
+  to reach the network (a CDN script, stylesheet or font);
+* math is rendered: MathJax loaded (from the bundled copy) and finished
+  (`MathJax.startup.promise`), every `.math` element holds an `mjx-container`, MathJax reported
+  no TeX error (`mjx-merror`), and no raw TeX (`$$`, `\\(`, `\\[`, `\\begin{`, `\\frac`,
+  `$x$` ...) is left in the visible text outside code blocks;
+* every `<img>` loaded (`complete` and `naturalWidth > 0`), and every `<figure>` shows one;
+* no cell error output (a traceback, or stderr that holds an exception) appears, except in
+  cells tagged `raises-exception`; and each cell tagged `raises-exception` does show its error;
+* the sidebar (`nav.bd-docs-nav`) links to every page listed in `_toc.yml`, the top-level
+  chapters visibly, and marks the current page;
+* every exercise solution (sphinx-exercise `{solution}` with `:class: dropdown`, collapsed by
+  sphinx-togglebutton) is collapsed when the page opens, and clicking its title reveals it.
+
+Book-wide, at least one solution and at least one page with math must have been found (a
+check that finds nothing to check fails rather than passing silently), every page of
+`_toc.yml` must have been built, and no HTML or CSS file may reference an external script,
+stylesheet, font or image.
+
+A full-page screenshot of each page is saved as SCREENSHOTS/<page path with / -> ->.png
+(taken with solutions collapsed). The script prints one line per page, then every failure,
+and exits 1 if anything failed (2 for a usage problem: no build, no Chromium, no toc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+# Flags that work for Debian's chromium as root, with no network (see TOOLCHAIN.md).
+# Playwright adds --headless and a fresh temporary --user-data-dir itself.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+VIEWPORT = {"width": 1280, "height": 900}  # wide enough for the theme to show the sidebar
+# Folders of a Sphinx HTML build that hold assets, not pages.
+ASSET_DIRS = {"_static", "_sources", "_images", "_downloads", "_sphinx_design_static", "_panels_static"}
+MAX_SHOWN = 5  # at most this many examples of one kind of failure per page
+# Browser errors that Jupyter Book 1 pages always raise and that change nothing a reader sees.
+# They are reported as notes, once per run, not as failures. Keep this list short and explained.
+KNOWN_BENIGN = [
+    # sphinx-thebe's inline config script is added twice to every page (Sphinx 7 registers
+    # JS added at builder-inited/env-before-read-docs twice); the second `const` fails, the
+    # first one stays in force. Thebe (live code) is not used by this book anyway.
+    (re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"), "sphinx-thebe config script included twice"),
+    # pydata-sphinx-theme on a first visit with empty localStorage; it falls back to "auto".
+    (re.compile(r"Got invalid theme mode: \S*\. Resetting to auto"), "pydata theme, first visit"),
+]
+
+# --------------------------------------------------------------------------------------
+# JavaScript run in the page. Each returns plain JSON.
+
+JS_MATHJAX_READY = """async () => {
+  const mj = window.MathJax;
+  if (!mj || !mj.startup || !mj.startup.promise) return 'absent';
+  await mj.startup.promise;
+  return 'ready';
+}"""
+
+JS_MATH = """() => {
+  const maths = Array.from(document.querySelectorAll('.math'));
+  const untypeset = maths.filter(m => !m.querySelector('mjx-container'))
+                         .map(m => m.textContent.trim().slice(0, 80));
+  const errors = Array.from(document.querySelectorAll('mjx-merror'))
+      .map(e => (e.getAttribute('data-mjx-error') || e.textContent).slice(0, 120));
+  // An undefined macro does not give an merror: MathJax's noundefined package shows its name
+  // in red instead. Find it in the assistive MathML, or else in the CHTML (a red mtext that
+  // starts with a backslash, U+5C).
+  for (const c of document.querySelectorAll('mjx-container')) {
+    const names = Array.from(c.querySelectorAll('mtext[mathcolor="red"]'))
+        .map(t => t.textContent).filter(t => t.startsWith('\\\\'));
+    if (names.length) names.forEach(n => errors.push('undefined TeX macro ' + n));
+    else if (c.querySelector('mjx-mtext[style*="color: red"] > mjx-c.mjx-c5C:first-child'))
+      errors.push('undefined TeX macro (shown in red)');
+  }
+  return {n_math: maths.length,
+          n_containers: document.querySelectorAll('mjx-container').length,
+          untypeset, errors};
+}"""
+
+# The page text a reader sees, without code (pre/code), scripts and rendered math.
+JS_PROSE_TEXT = """() => {
+  const clone = document.body.cloneNode(true);
+  clone.querySelectorAll('pre, code, kbd, samp, script, style, noscript, textarea, '
+                         + 'mjx-container, .highlight').forEach(e => e.remove());
+  return clone.textContent;
+}"""
+
+JS_IMAGES = """async () => {
+  const imgs = Array.from(document.images);
+  for (const img of imgs) if (img.loading === 'lazy') img.loading = 'eager';
+  await Promise.all(imgs.map(img => img.complete ? null : new Promise(done => {
+    img.addEventListener('load', done, {once: true});
+    img.addEventListener('error', done, {once: true});
+    setTimeout(done, 10000);
+  })));
+  const empty_figures = Array.from(document.querySelectorAll('figure'))
+      .filter(f => !f.querySelector('img, svg, object, embed, iframe, video, canvas'))
+      .map(f => f.id || (f.textContent || '').trim().slice(0, 60));
+  return {images: imgs.map(img => ({src: img.getAttribute('src') || '', alt: img.alt,
+                                    complete: img.complete, width: img.naturalWidth})),
+          empty_figures};
+}"""
+
+JS_CELL_ERRORS = """() => {
+  const EXC = /Traceback \\(most recent call last\\)|^\\s*\\w*(Error|Exception)\\b.*:/m;
+  const tagsOf = el => {
+    const cell = el.closest('.cell');
+    return cell ? Array.from(cell.classList).filter(c => c.startsWith('tag_')).map(c => c.slice(4)) : [];
+  };
+  const lastLine = t => { const ls = t.split('\\n').map(l => l.trim()).filter(Boolean);
+                          return ls.length ? ls[ls.length - 1].slice(0, 160) : ''; };
+  const seen = new Set(), errors = [], stderr = [];
+  for (const el of document.querySelectorAll('.output')) {
+    // The text of the output itself, not of the copy button sphinx-copybutton adds.
+    const pre = el.querySelector('pre');
+    const text = (pre || el).textContent || '';
+    const isTb = el.classList.contains('traceback') || el.classList.contains('error');
+    const isErr = el.classList.contains('stderr');
+    if (isTb || (isErr && EXC.test(text)) || text.includes('Traceback (most recent call last)')) {
+      if (seen.has(el)) continue; seen.add(el);
+      const tags = tagsOf(el);
+      errors.push({kind: isTb ? 'traceback' : (isErr ? 'stderr' : 'output'),
+                   allowed: tags.includes('raises-exception'), tags, line: lastLine(text)});
+    } else if (isErr) {
+      stderr.push(lastLine(text));
+    }
+  }
+  const tagged = Array.from(document.querySelectorAll('.cell.tag_raises-exception'));
+  const silent = tagged.filter(c => !c.classList.contains('tag_remove-output')
+                                  && !c.querySelector('.output.traceback, .output.error'))
+      .map(c => (c.querySelector('.cell_input') || c).textContent.trim().split('\\n')[0].slice(0, 80));
+  return {errors, stderr, n_tagged: tagged.length, silent};
+}"""
+
+JS_SIDEBAR = """() => {
+  const nav = document.querySelector('nav.bd-docs-nav, #bd-docs-nav');
+  if (!nav) return null;
+  return Array.from(nav.querySelectorAll('a[href]')).map(a => ({
+    href: a.href, text: a.textContent.trim(),
+    visible: a.checkVisibility({visibilityProperty: true, opacityProperty: true}),
+    current: a.classList.contains('current') || !!a.closest('li.current')}));
+}"""
+
+JS_SOLUTIONS = """() => Array.from(document.querySelectorAll('.solution')).map((s, i) => {
+  const title = s.querySelector(':scope > .admonition-title');
+  const body = Array.from(s.children).filter(c => !c.classList.contains('admonition-title'));
+  const shown = body.filter(c => c.checkVisibility({visibilityProperty: true, opacityProperty: true})
+                                 && c.getBoundingClientRect().height > 0);
+  return {id: s.id, index: i, title: title ? title.textContent.trim().slice(0, 80) : '',
+          classes: s.className, has_title: !!title, n_body: body.length, n_shown: shown.length};
+})"""
+
+JS_SOLUTION_SHOWN = """(id) => {
+  const s = document.getElementById(id);
+  const body = Array.from(s.children).filter(c => !c.classList.contains('admonition-title'));
+  return body.length > 0 && body.every(c => c.checkVisibility({visibilityProperty: true, opacityProperty: true}))
+         && body.some(c => c.getBoundingClientRect().height > 0);
+}"""
+
+# --------------------------------------------------------------------------------------
+# Raw TeX left in the prose. Each pattern: (description, regex).
+RAW_TEX = [
+    ("display delimiter $$", re.compile(r"\$\$")),
+    ("delimiter \\( or \\)", re.compile(r"\\[()]")),
+    ("delimiter \\[ or \\]", re.compile(r"\\[\[\]]")),
+    ("environment \\begin/\\end", re.compile(r"\\(?:begin|end)\{")),
+    ("TeX command", re.compile(r"\\[A-Za-z]{2,}")),
+    ("inline $...$", re.compile(r"(?<![\w$])\$[^\s$](?:[^$\n]{0,200}?[^\s$])?\$(?![\w$])")),
+]
+
+
+def raw_tex(text: str) -> list[str]:
+    """Snippets of `text` that look like TeX the browser did not render."""
+    flat = re.sub(r"\s+", " ", text)
+    found, spans = [], []
+    for what, rx in RAW_TEX:
+        for m in rx.finditer(flat):
+            if any(a - 20 <= m.start() < b + 20 for a, b in spans):
+                continue  # one report per spot
+            spans.append((m.start(), m.end()))
+            a, b = max(0, m.start() - 30), min(len(flat), m.end() + 30)
+            found.append(f"{what}: ...{flat[a:b]}...")
+    return found
+
+
+# --------------------------------------------------------------------------------------
+# The table of contents.
+
+
+@dataclass
+class Toc:
+    root: str
+    pages: list[str]  # every docname in reading order, root first
+    chapters: list[str]  # the top-level entries of the sidebar (not nested sections)
+
+
+def _docname(entry: str) -> str:
+    return re.sub(r"\.(md|ipynb|rst|myst)$", "", entry.strip().lstrip("/"))
+
+
+def read_toc(path: Path) -> Toc:
+    """Pages of a Jupyter Book 1 `_toc.yml` (format jb-book or jb-article)."""
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or "root" not in data:
+        raise ValueError(f"{path}: no 'root' entry; is this a Jupyter Book _toc.yml?")
+    root = _docname(data["root"])
+    pages, chapters = [root], []
+
+    def walk(items, top: bool) -> None:
+        for item in items or []:
+            if "glob" in item:
+                raise ValueError(f"{path}: 'glob' entries are not supported by this check")
+            if "file" in item:
+                name = _docname(item["file"])
+                pages.append(name)
+                if top:
+                    chapters.append(name)
+            walk(item.get("sections"), top=False)
+            walk(item.get("chapters"), top=top)  # a part's chapters
+
+    if "parts" in data:
+        for part in data["parts"] or []:
+            walk(part.get("chapters"), top=True)
+    walk(data.get("chapters"), top=True)
+    walk(data.get("sections"), top=True)
+    return Toc(root=root, pages=pages, chapters=chapters)
+
+
+def find_toc(build: Path) -> Path | None:
+    for d in [build, *build.resolve().parents]:
+        if (d / "_toc.yml").is_file():
+            return d / "_toc.yml"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Static scan: external URLs for scripts, stylesheets, fonts and images.
+
+EXTERNAL = r"""(?:https?:)?//(?!127\.0\.0\.1|localhost)[^"'\s)]+"""
+STATIC_PATTERNS = [
+    ("script", re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
+    ("stylesheet/preload/icon",
+     re.compile(r"<link\b(?=[^>]*\brel\s*=\s*[\"'][^\"']*(?:stylesheet|preload|icon|modulepreload))"
+                r"[^>]*\bhref\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
+    ("image", re.compile(r"<(?:img|source)\b[^>]*\bsrc\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
+    ("css url()", re.compile(r"url\(\s*[\"']?(" + EXTERNAL + ")", re.I)),
+    ("css @import", re.compile(r"@import\s+[\"'](" + EXTERNAL + ")", re.I)),
+]
+
+
+def external_references(build: Path, pages: list[str] | None = None) -> list[str]:
+    """'file: kind URL' for every external resource an HTML or CSS file of the build loads.
+
+    `pages` (paths relative to `build`) limits the HTML files scanned; all CSS is scanned.
+    """
+    out = []
+    html = [build / p for p in pages] if pages is not None else sorted(build.rglob("*.html"))
+    files = html + sorted(build.rglob("*.css"))
+    for f in files:
+        text = f.read_text(errors="replace")
+        if f.suffix == ".html":  # url() and @import only count inside <style> in HTML
+            styles = " ".join(re.findall(r"<style\b[^>]*>(.*?)</style>", text, re.S | re.I))
+        for kind, rx in STATIC_PATTERNS:
+            source = styles if f.suffix == ".html" and kind.startswith("css") else text
+            if f.suffix == ".css" and not kind.startswith("css"):
+                continue
+            for m in rx.finditer(source):
+                out.append(f"{f.relative_to(build)}: {kind} {m.group(1)}")
+    return sorted(set(out))
+
+
+# --------------------------------------------------------------------------------------
+# The local server.
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # no access log on stderr
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+class LocalServer:
+    """Serves a folder on 127.0.0.1 on a free port, in a background thread."""
+
+    def __init__(self, folder: Path) -> None:
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        self.httpd = _Server(("127.0.0.1", 0), handler)
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> "LocalServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(timeout=5)
+
+
+# --------------------------------------------------------------------------------------
+# One page.
+
+
+@dataclass
+class PageResult:
+    path: str  # relative to the build, e.g. "book/warmup.html"
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def fail(self, what: str, items: list[str] | None = None) -> None:
+        if items is None:
+            self.failures.append(what)
+            return
+        shown = items[:MAX_SHOWN]
+        more = f" (and {len(items) - MAX_SHOWN} more)" if len(items) > MAX_SHOWN else ""
+        self.failures.append(what + more + "".join(f"\n        {s}" for s in shown))
+
+
+def page_docname(url: str, origin: str) -> str | None:
+    """'book/warmup' for http://127.0.0.1:port/book/warmup.html#x; None if not a local page."""
+    parts = urlsplit(url)
+    if f"{parts.scheme}://{parts.netloc}" != origin:
+        return None
+    path = unquote(parts.path).lstrip("/")
+    if path == "" or path.endswith("/"):
+        path += "index.html"
+    return path[: -len(".html")] if path.endswith(".html") else path
+
+
+def benign(message: str, seen: set[str]) -> bool:
+    """True (and remember why in `seen`) if `message` is a known harmless browser error."""
+    for rx, why in KNOWN_BENIGN:
+        if rx.search(message):
+            seen.add(f"{message[:100]} ({why})")
+            return True
+    return False
+
+
+def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
+               known: set[str]) -> PageResult:
+    res = PageResult(rel)
+    t0 = time.perf_counter()
+    docname = rel[: -len(".html")]
+    page = context.new_page()
+    page.set_default_timeout(args.timeout * 1000)
+    js_errors: list[str] = []
+    console_errors: list[str] = []
+    bad_responses: list[str] = []
+    failed_requests: list[str] = []
+    page.on("pageerror", lambda e: js_errors.append(str(e).splitlines()[0][:200]))
+    page.on("console", lambda m: console_errors.append(m.text[:200]) if m.type == "error" else None)
+    page.on("response", lambda r: bad_responses.append(f"HTTP {r.status} {r.url}")
+            if r.status >= 400 and r.url.startswith(origin) else None)
+    page.on("requestfailed", lambda r: failed_requests.append(f"{r.failure} {r.url}")
+            if r.url.startswith(origin) else None)
+    try:
+        page.goto(f"{origin}/{rel}", wait_until="load")
+        page.evaluate("() => document.fonts.ready.then(() => true)")
+
+        # Math.
+        mathjax = page.evaluate(JS_MATHJAX_READY)
+        math = page.evaluate(JS_MATH)
+        res.stats["math"] = math["n_math"]
+        if math["n_math"] and mathjax != "ready":
+            res.fail(f"{math['n_math']} math elements but MathJax did not load "
+                     "(blocked CDN? missing _static/mathjax?)")
+        elif math["untypeset"]:
+            res.fail(f"{len(math['untypeset'])} of {math['n_math']} math elements were not "
+                     "typeset by MathJax", math["untypeset"])
+        if math["errors"]:
+            res.fail(f"MathJax reported {len(math['errors'])} TeX error(s)", math["errors"])
+        res.stats["mathjax"] = mathjax
+        tex = raw_tex(page.evaluate(JS_PROSE_TEXT))
+        if tex:
+            res.fail(f"raw TeX left in the page text ({len(tex)})", tex)
+
+        # Images and figures.
+        imgs = page.evaluate(JS_IMAGES)
+        broken = [f"{i['src']!r} (alt {i['alt']!r}, complete={i['complete']}, "
+                  f"naturalWidth={i['width']})"
+                  for i in imgs["images"] if not (i["complete"] and i["width"] > 0)]
+        res.stats["images"] = len(imgs["images"])
+        if broken:
+            res.fail(f"{len(broken)} of {len(imgs['images'])} images did not load", broken)
+        if imgs["empty_figures"]:
+            res.fail("figures with no image", imgs["empty_figures"])
+
+        # Cell errors.
+        cells = page.evaluate(JS_CELL_ERRORS)
+        unexpected = [f"[{e['kind']}] {e['line']}" + (f"  (tags: {', '.join(e['tags'])})" if e["tags"] else "")
+                      for e in cells["errors"] if not e["allowed"]]
+        res.stats["errors_allowed"] = sum(e["allowed"] for e in cells["errors"])
+        if unexpected:
+            res.fail(f"{len(unexpected)} cell error output(s) in cells not tagged raises-exception",
+                     unexpected)
+        if cells["silent"]:
+            res.fail(f"{len(cells['silent'])} cell(s) tagged raises-exception show no error",
+                     cells["silent"])
+        for line in cells["stderr"]:
+            res.notes.append(f"stderr output: {line}")
+
+        # Sidebar.
+        links = page.evaluate(JS_SIDEBAR)
+        if links is None:
+            res.fail("no sidebar navigation (nav.bd-docs-nav) on the page")
+        else:
+            targets = {}
+            for a in links:
+                name = page_docname(a["href"], origin)
+                if name is not None:
+                    targets.setdefault(name, []).append(a)
+            missing = [p for p in toc.pages if p not in targets]
+            hidden = [c for c in toc.chapters if c in targets and not any(a["visible"] for a in targets[c])]
+            res.stats["sidebar"] = f"{len(toc.pages) - len(missing)}/{len(toc.pages)}"
+            if not links:
+                res.fail("the sidebar has no links at all")
+            if missing:
+                res.fail(f"the sidebar does not link to {len(missing)} of the {len(toc.pages)} "
+                         "pages in _toc.yml", missing)
+            if hidden:
+                res.fail("chapters linked but not visible in the sidebar", hidden)
+            if docname in toc.pages and docname != toc.root and docname in targets \
+                    and not any(a["current"] for a in targets[docname]):
+                res.fail("the sidebar does not mark this page as the current one (stale build?)")
+
+        # Solutions, as the page opens.
+        sols = page.evaluate(JS_SOLUTIONS)
+        res.stats["solutions"] = len(sols)
+        for s in sols:
+            label = f"{s['title'] or 'solution'} (#{s['id'] or s['index'] + 1})"
+            if "dropdown" not in s["classes"].split():
+                res.fail(f"solution not a dropdown (add ':class: dropdown'): {label}")
+            elif s["n_body"] == 0:
+                res.fail(f"solution has no body: {label}")
+            elif s["n_shown"]:
+                res.fail(f"solution visible when the page opens ({s['n_shown']} of "
+                         f"{s['n_body']} parts shown; is sphinx-togglebutton loaded?): {label}")
+
+        if shots is not None:
+            shot = shots / (rel[: -len(".html")].replace("/", "-") + ".png")
+            page.screenshot(path=str(shot), full_page=True)
+
+        # Clicking a solution's title must reveal it.
+        if not args.no_click:
+            for s in sols:
+                if not s["id"] or "dropdown" not in s["classes"].split() or not s["has_title"]:
+                    continue
+                label = f"{s['title'] or 'solution'} (#{s['id']})"
+                # The toggle button (the chevron) that sphinx-togglebutton puts in the title.
+                # Not the title's centre: sphinx-exercise makes part of the title a link to
+                # the exercise, and a click there follows the link instead.
+                button = page.locator(f'[id="{s["id"]}"] > .admonition-title > .toggle-button')
+                if button.count() != 1:
+                    res.fail(f"solution has no toggle button (sphinx-togglebutton not active?): {label}")
+                    continue
+                button.click()
+                try:
+                    page.wait_for_function(JS_SOLUTION_SHOWN, arg=s["id"], timeout=3000)
+                except Exception:
+                    res.fail(f"clicking the solution's toggle button does not reveal it: {label}")
+                else:
+                    button.click()  # collapse it again
+
+        # Loading problems (collected by the listeners above).
+        js_errors = [e for e in js_errors if not benign(e, known)]
+        console_errors = [e for e in console_errors if not benign(e, known)]
+        if js_errors:
+            res.fail(f"{len(js_errors)} JavaScript error(s)", js_errors)
+        if bad_responses or failed_requests:
+            res.fail("local requests that failed", sorted(set(bad_responses + failed_requests)))
+        other_console = [c for c in console_errors if "Failed to load resource" not in c]
+        if other_console:
+            res.fail(f"{len(other_console)} console error(s)", other_console)
+    except Exception as exc:  # a timeout or a crash: report it, go on with the next page
+        res.fail(f"could not check the page: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    finally:
+        page.close()
+        res.seconds = time.perf_counter() - t0
+    return res
+
+
+# --------------------------------------------------------------------------------------
+
+
+def html_pages(build: Path) -> list[str]:
+    out = []
+    for f in build.rglob("*.html"):
+        rel = f.relative_to(build)
+        if rel.parts[0] in ASSET_DIRS or any(p.startswith(".") for p in rel.parts):
+            continue
+        out.append(rel.as_posix())
+    return out
+
+
+def find_chromium(explicit: str | None) -> str | None:
+    for c in [explicit, os.environ.get("CHROMIUM"), shutil.which("chromium"),
+              shutil.which("chromium-browser"), "/usr/bin/chromium"]:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("build", type=Path, help="the built HTML book, e.g. _build/html")
+    ap.add_argument("--screenshots", type=Path, help="save a full-page PNG of each page here")
+    ap.add_argument("--toc", type=Path, help="_toc.yml (default: found above the build folder)")
+    ap.add_argument("--chromium", help="Chromium executable (default: chromium on PATH)")
+    ap.add_argument("--page", action="append", default=[],
+                    help="check only pages whose path contains this (repeatable); "
+                         "skips the book-wide minimum counts")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per page step (default 60)")
+    ap.add_argument("--no-click", action="store_true", help="do not click solutions open")
+    ap.add_argument("--min-solutions", type=int, default=1,
+                    help="fail if the book has fewer collapsed solutions (default 1)")
+    ap.add_argument("--min-math-pages", type=int, default=1,
+                    help="fail if fewer pages have rendered math (default 1)")
+    args = ap.parse_args(argv)
+
+    build = args.build
+    if not (build / "index.html").is_file():
+        print(f"check_html: no built book at {build} (no index.html): run 'make book' first.")
+        return 2
+    toc_path = args.toc or find_toc(build)
+    if toc_path is None or not toc_path.is_file():
+        print(f"check_html: no _toc.yml found above {build}; pass --toc.")
+        return 2
+    toc = read_toc(toc_path)
+    chromium = find_chromium(args.chromium)
+    if chromium is None:
+        print("check_html: no Chromium found: apt-get install chromium (or pass --chromium).")
+        return 2
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("check_html: the playwright Python package is missing: pip install -r requirements.txt")
+        return 2
+
+    book_failures: list[str] = []
+    pages = html_pages(build)
+    missing = [f"{p}.html" for p in toc.pages if not (build / f"{p}.html").is_file()]
+    if missing:
+        book_failures.append("pages of _toc.yml missing from the build: " + ", ".join(missing))
+    index = (build / "index.html").read_text(errors="replace")
+    if f"{toc.root}.html" not in index and toc.root != "index":
+        book_failures.append(f"index.html does not lead to the root page {toc.root}.html")
+    # Reading order: the toc's pages first, then the rest (genindex, search, ...).
+    order = {f"{p}.html": i for i, p in enumerate(toc.pages)}
+    pages = sorted((p for p in pages if p != "index.html" or toc.root == "index"),
+                   key=lambda p: (order.get(p, len(order)), p))
+    if args.page:
+        pages = [p for p in pages if any(s in p for s in args.page)]
+        if not pages:
+            print(f"check_html: no page matches {args.page}")
+            return 2
+    for ref in external_references(build, pages if args.page else None):
+        book_failures.append(f"external resource (needs the network): {ref}")
+
+    shots = args.screenshots
+    if shots is not None:
+        shots.mkdir(parents=True, exist_ok=True)
+        for old in shots.glob("*.png"):
+            old.unlink()
+
+    t0 = time.perf_counter()
+    blocked: dict[str, set[str]] = {}
+    results: list[PageResult] = []
+    known: set[str] = set()  # known harmless browser errors seen
+    with LocalServer(build) as server, sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        version = browser.version
+        context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1,
+                                      service_workers="block")
+        current = {"page": ""}
+
+        def gate(route, request) -> None:
+            url = request.url
+            if url.startswith(server.origin + "/") or url.startswith(("data:", "blob:", "about:")):
+                route.continue_()
+            else:
+                blocked.setdefault(url, set()).add(current["page"])
+                route.abort("blockedbyclient")
+
+        context.route("**/*", gate)
+        print(f"check_html: {len(pages)} pages of {build} served at {server.origin}, "
+              f"Chromium {version}, network blocked; toc {toc_path} lists {len(toc.pages)} pages")
+        for rel in pages:
+            current["page"] = rel
+            r = check_page(context, server.origin, rel, toc, shots, args, known)
+            results.append(r)
+            s = r.stats
+            print(f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<32} math {s.get('math', '-'):>3}  "
+                  f"images {s.get('images', '-'):>2}  solutions {s.get('solutions', '-'):>2}  "
+                  f"expected errors {s.get('errors_allowed', '-'):>2}  sidebar {s.get('sidebar', '-'):>5}  "
+                  f"{r.seconds:5.1f} s", flush=True)
+            for n in r.notes:
+                print(f"        note: {n}")
+        context.close()
+        browser.close()
+
+    for url, where in sorted(blocked.items()):
+        book_failures.append(f"request to the network blocked: {url} (from {', '.join(sorted(where))})")
+    n_solutions = sum(r.stats.get("solutions", 0) for r in results)
+    n_math_pages = sum(1 for r in results if r.stats.get("math", 0) > 0)
+    if not args.page:
+        if n_solutions < args.min_solutions:
+            book_failures.append(f"found {n_solutions} solutions in the whole book, expected at "
+                                 f"least {args.min_solutions}: is the check still finding them?")
+        if n_math_pages < args.min_math_pages:
+            book_failures.append(f"found math on {n_math_pages} pages, expected at least "
+                                 f"{args.min_math_pages}: is the check still finding it?")
+    for k in sorted(known):
+        print(f"check_html: ignored a known harmless browser error: {k}")
+    n_failed = sum(1 for r in results if r.failures)
+    print(f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
+          f"{sum(r.stats.get('images', 0) for r in results)} images, {n_solutions} solutions, "
+          f"math on {n_math_pages} pages, "
+          f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
+          + (f"; screenshots in {shots}" if shots else ""))
+    if not n_failed and not book_failures:
+        print("check_html: all checks passed.")
+        return 0
+    print(f"\ncheck_html: FAILED ({n_failed} pages, {len(book_failures)} book-wide problems)")
+    for r in results:
+        for f in r.failures:
+            print(f"  {r.path}: {f}")
+    for f in book_failures:
+        print(f"  book: {f}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
