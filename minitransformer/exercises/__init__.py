@@ -23,6 +23,12 @@ from minitransformer.exercises.attention import (
     check_causal_mask,
     check_cross_attention_shapes,
 )
+from minitransformer.exercises.multihead import (
+    check_merge_heads,
+    check_multi_head_attention,
+    check_parameter_count,
+    check_split_heads,
+)
 from minitransformer.exercises.positional import (
     check_pairs_with_full_period,
     check_shift_matrix,
@@ -37,6 +43,10 @@ __all__ = [
     "check_attention",
     "check_causal_mask",
     "check_cross_attention_shapes",
+    "check_split_heads",
+    "check_merge_heads",
+    "check_parameter_count",
+    "check_multi_head_attention",
     "check_sinusoidal_encoding",
     "check_shift_matrix",
     "check_pairs_with_full_period",
