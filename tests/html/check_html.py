@@ -26,8 +26,8 @@ For every page it asserts:
 * every exercise solution (sphinx-exercise `{solution}` with `:class: dropdown`, collapsed by
   sphinx-togglebutton) is collapsed when the page opens, and clicking its title reveals it.
 
-Book-wide, at least one solution and at least one page with math must have been found (a
-check that finds nothing to check fails rather than passing silently), every page of
+Book-wide, at least one solution, one image and one page with math must have been found (a
+check that finds nothing to check fails rather than passing silently; see --min-*), every page of
 `_toc.yml` must have been built, and no HTML or CSS file may reference an external script,
 stylesheet, font or image.
 
@@ -83,12 +83,16 @@ KNOWN_BENIGN = [
 # --------------------------------------------------------------------------------------
 # JavaScript run in the page. Each returns plain JSON.
 
-JS_MATHJAX_READY = """async () => {
+JS_MATHJAX_READY = """async (ms) => {
   const mj = window.MathJax;
   if (!mj || !mj.startup || !mj.startup.promise) return 'absent';
-  await mj.startup.promise;
-  return 'ready';
+  return Promise.race([mj.startup.promise.then(() => 'ready'),
+                       new Promise(done => setTimeout(() => done('timeout'), ms))]);
 }"""
+
+JS_FONTS_READY = """async (ms) => Promise.race([
+  document.fonts.ready.then(() => 'ready'),
+  new Promise(done => setTimeout(() => done('timeout'), ms))])"""
 
 JS_MATH = """() => {
   const maths = Array.from(document.querySelectorAll('.math'));
@@ -399,13 +403,17 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
             if r.url.startswith(origin) else None)
     try:
         page.goto(f"{origin}/{rel}", wait_until="load")
-        page.evaluate("() => document.fonts.ready.then(() => true)")
+        ms = int(args.timeout * 1000)
+        if page.evaluate(JS_FONTS_READY, ms) != "ready":
+            res.fail(f"web fonts still loading after {args.timeout:g} s")
 
         # Math.
-        mathjax = page.evaluate(JS_MATHJAX_READY)
+        mathjax = page.evaluate(JS_MATHJAX_READY, ms)
         math = page.evaluate(JS_MATH)
         res.stats["math"] = math["n_math"]
-        if math["n_math"] and mathjax != "ready":
+        if mathjax == "timeout":
+            res.fail(f"MathJax did not finish typesetting within {args.timeout:g} s")
+        elif math["n_math"] and mathjax != "ready":
             res.fail(f"{math['n_math']} math elements but MathJax did not load "
                      "(blocked CDN? missing _static/mathjax?)")
         elif math["untypeset"]:
@@ -559,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="fail if the book has fewer collapsed solutions (default 1)")
     ap.add_argument("--min-math-pages", type=int, default=1,
                     help="fail if fewer pages have rendered math (default 1)")
+    ap.add_argument("--min-images", type=int, default=1,
+                    help="fail if the whole book has fewer images (default 1: its figures)")
     args = ap.parse_args(argv)
 
     build = args.build
@@ -646,10 +656,14 @@ def main(argv: list[str] | None = None) -> int:
         book_failures.append(f"request to the network blocked: {url} (from {', '.join(sorted(where))})")
     n_solutions = sum(r.stats.get("solutions", 0) for r in results)
     n_math_pages = sum(1 for r in results if r.stats.get("math", 0) > 0)
+    n_images = sum(r.stats.get("images", 0) for r in results)
     if not args.page:
         if n_solutions < args.min_solutions:
             book_failures.append(f"found {n_solutions} solutions in the whole book, expected at "
                                  f"least {args.min_solutions}: is the check still finding them?")
+        if n_images < args.min_images:
+            book_failures.append(f"found {n_images} images in the whole book, expected at least "
+                                 f"{args.min_images} (its figures): is the check still finding them?")
         if n_math_pages < args.min_math_pages:
             book_failures.append(f"found math on {n_math_pages} pages, expected at least "
                                  f"{args.min_math_pages}: is the check still finding it?")
@@ -657,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"check_html: ignored a known harmless browser error: {k}")
     n_failed = sum(1 for r in results if r.failures)
     print(f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
-          f"{sum(r.stats.get('images', 0) for r in results)} images, {n_solutions} solutions, "
+          f"{n_images} images, {n_solutions} solutions, "
           f"math on {n_math_pages} pages, "
           f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
           + (f"; screenshots in {shots}" if shots else ""))
