@@ -154,13 +154,14 @@ JS_CELL_ERRORS = """() => {
     const text = (pre || el).textContent || '';
     const isTb = el.classList.contains('traceback') || el.classList.contains('error');
     const isErr = el.classList.contains('stderr');
+    const warning = text.split('\\n').find(l => /Warning\\b/.test(l));
     if (isTb || (isErr && EXC.test(text)) || text.includes('Traceback (most recent call last)')) {
       if (seen.has(el)) continue; seen.add(el);
       const tags = tagsOf(el);
       errors.push({kind: isTb ? 'traceback' : (isErr ? 'stderr' : 'output'),
                    allowed: tags.includes('raises-exception'), tags, line: lastLine(text)});
     } else if (isErr) {
-      stderr.push(lastLine(text));
+      stderr.push(warning ? warning.trim().slice(0, 160) : lastLine(text));
     }
   }
   const tagged = Array.from(document.querySelectorAll('.cell.tag_raises-exception'));
@@ -513,6 +514,19 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
                 else:
                     button.click()  # collapse it again
 
+        # The search page must find something offline (Sphinx's searchindex.js is local).
+        if rel == "search.html" and args.search_word:
+            page.goto(f"{origin}/search.html?q={args.search_word}", wait_until="load")
+            try:
+                page.wait_for_function(
+                    "() => document.querySelectorAll('#search-results ul.search li').length > 0",
+                    timeout=15000)
+                res.stats["search"] = page.evaluate(
+                    "() => document.querySelectorAll('#search-results ul.search li').length")
+            except Exception:
+                res.fail(f"searching for {args.search_word!r} (a word of the root page's title) "
+                         "finds nothing")
+
         # Loading problems (collected by the listeners above).
         js_errors = [e for e in js_errors if not benign(e, known)]
         console_errors = [e for e in console_errors if not benign(e, known)]
@@ -607,6 +621,11 @@ def main(argv: list[str] | None = None) -> int:
         if not pages:
             print(f"check_html: no page matches {args.page}")
             return 2
+    # A word the search page must find: the longest one in the root page's title.
+    h1 = re.search(r"<h1[^>]*>(.*?)</h1>", (build / f"{toc.root}.html").read_text(errors="replace")
+                   if (build / f"{toc.root}.html").is_file() else "", re.S)
+    words = re.findall(r"[A-Za-z]{4,}", re.sub(r"<[^>]+>", " ", h1.group(1)) if h1 else "")
+    args.search_word = max(words, key=len) if words else None
     for ref in external_references(build, pages if args.page else None):
         book_failures.append(f"external resource (needs the network): {ref}")
 
@@ -646,7 +665,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<32} math {s.get('math', '-'):>3}  "
                   f"images {s.get('images', '-'):>2}  solutions {s.get('solutions', '-'):>2}  "
                   f"expected errors {s.get('errors_allowed', '-'):>2}  sidebar {s.get('sidebar', '-'):>5}  "
-                  f"{r.seconds:5.1f} s", flush=True)
+                  f"{r.seconds:5.1f} s"
+                  + (f"  (search {args.search_word!r}: {s['search']} results)" if "search" in s else ""),
+                  flush=True)
             for n in r.notes:
                 print(f"        note: {n}")
         context.close()
