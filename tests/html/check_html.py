@@ -24,7 +24,9 @@ For every page it asserts:
 * the sidebar (`nav.bd-docs-nav`) links to every page listed in `_toc.yml`, the top-level
   chapters visibly, and marks the current page;
 * every exercise solution (sphinx-exercise `{solution}` with `:class: dropdown`, collapsed by
-  sphinx-togglebutton) is collapsed when the page opens, and clicking its title reveals it.
+  sphinx-togglebutton) is collapsed when the page opens, and clicking its toggle button
+  reveals it;
+* the search page (search.html) finds the longest word of the root page's title.
 
 Book-wide, at least one solution, one image and one page with math must have been found (a
 check that finds nothing to check fails rather than passing silently; see --min-*), every page of
@@ -640,7 +642,11 @@ def main(argv: list[str] | None = None) -> int:
     results: list[PageResult] = []
     known: set[str] = set()  # known harmless browser errors seen
     with LocalServer(build) as server, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        except Exception as exc:
+            print(f"check_html: could not start {chromium}: {str(exc).strip()[:2000]}")
+            return 2
         version = browser.version
         context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1,
                                       service_workers="block")
