@@ -34,6 +34,11 @@ from minitransformer.exercises.positional import (
     check_shift_matrix,
     check_sinusoidal_encoding,
 )
+from minitransformer.exercises.training import (
+    check_noam_learning_rate,
+    check_smoothed_targets,
+    check_teacher_forcing,
+)
 
 __all__ = [
     "ExerciseError",
@@ -50,4 +55,7 @@ __all__ = [
     "check_sinusoidal_encoding",
     "check_shift_matrix",
     "check_pairs_with_full_period",
+    "check_noam_learning_rate",
+    "check_smoothed_targets",
+    "check_teacher_forcing",
 ]
