@@ -8,7 +8,7 @@ Vaswani et al. (2017) trains with
   inverse square root of the step number (:func:`noam_learning_rate`);
 * label smoothing with ``epsilon_ls = 0.1`` (:class:`LabelSmoothingLoss`).
 
-:func:`train` runs teacher-forced training on batches of ``(src, tgt)`` token ids and returns
+:func:`train` runs teacher-forced training on batches of token ids and returns
 the loss history; :func:`sequence_accuracy` measures exact-match accuracy of decoded outputs.
 
 Shape letters: B batch, S source length, T target length, V vocabulary size.
@@ -283,19 +283,34 @@ def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
     return tgt[:, :-1], tgt[:, 1:]
 
 
+def _split_batch(batch) -> tuple[Tensor, Tensor, Tensor]:
+    """``(src, tgt)`` or ``(src, tgt_in, tgt_out)`` (a :class:`minitransformer.data.Batch`)."""
+    if len(batch) == 3:
+        src, tgt_in, tgt_out = batch
+    elif len(batch) == 2:
+        src, tgt = batch
+        tgt_in, tgt_out = teacher_forcing(tgt)
+    else:
+        raise ValueError(
+            f"a batch must be (src, tgt) or (src, tgt_in, tgt_out), got {len(batch)} items"
+        )
+    if src.dim() != 2 or tgt_in.shape != tgt_out.shape or tgt_in.dim() != 2 \
+            or src.shape[0] != tgt_in.shape[0]:
+        raise ValueError(
+            f"src (B, S) = {tuple(src.shape)}, tgt_in (B, T) = {tuple(tgt_in.shape)} and "
+            f"tgt_out (B, T) = {tuple(tgt_out.shape)} must be 2-D with one batch size"
+        )
+    return src, tgt_in, tgt_out
+
+
 def _forward_loss(
-    model: nn.Module, src: Tensor, tgt: Tensor, loss_fn: nn.Module, pad_id: int
+    model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, loss_fn: nn.Module,
+    pad_id: int,
 ) -> Tensor:
     """Teacher-forced logits for one batch and their loss."""
-    if src.dim() != 2 or tgt.dim() != 2 or src.shape[0] != tgt.shape[0]:
-        raise ValueError(
-            f"src (B, S) = {tuple(src.shape)} and tgt (B, T + 1) = {tuple(tgt.shape)} must be "
-            "2-D with the same batch size"
-        )
-    decoder_input, labels = teacher_forcing(tgt)
     src_mask = (src != pad_id)[:, None, None, :]  # (B, 1, 1, S): hide padded source keys
-    logits = model(src, decoder_input, src_mask=src_mask)  # (B, T, V); decode is causal
-    return loss_fn(logits, labels)
+    logits = model(src, tgt_in, src_mask=src_mask)  # (B, T, V); decode adds the causal mask
+    return loss_fn(logits, tgt_out)
 
 
 @dataclass
@@ -327,37 +342,38 @@ class TrainHistory:
 
 def train(
     model: nn.Module,
-    batches: Iterable[tuple[Tensor, Tensor]],
+    batches: Iterable[tuple[Tensor, ...]],
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     loss_fn: nn.Module | None = None,
     num_steps: int | None = None,
     pad_id: int = 0,
     clip_grad_norm: float | None = None,
-    eval_batch: tuple[Tensor, Tensor] | None = None,
+    eval_batch: tuple[Tensor, ...] | None = None,
     eval_every: int = 50,
     progress: bool = True,
     desc: str = "training",
 ) -> TrainHistory:
     """Teacher-forced training, one update per batch (section "Training on the reverse task").
 
-    For each ``(src, tgt)`` batch, ``src`` ``(B, S)`` and ``tgt`` ``(B, T + 1)`` =
-    ``[BOS, y..., EOS, PAD...]``, it computes ``model(src, tgt[:, :-1], src_mask=...)``
-    (logits ``(B, T, V)``), the loss against ``tgt[:, 1:]``, and takes one optimizer and one
+    Each batch is a :class:`minitransformer.data.Batch` ``(src, tgt_in, tgt_out)`` or a pair
+    ``(src, tgt)`` with ``tgt`` ``(B, T + 1)`` = ``[BOS, y..., EOS, PAD...]``, split by
+    :func:`teacher_forcing`. For each batch it computes ``model(src, tgt_in, src_mask=...)``
+    (logits ``(B, T, V)``), the loss against ``tgt_out``, and takes one optimizer and one
     scheduler step. Padding (``pad_id``) is hidden from attention by the source mask and from
     the loss by the loss's ``ignore_index``; the decoder's causal mask hides the future.
 
     Args:
         model: a :class:`minitransformer.model.Transformer` (or anything with the same call).
-        batches: an iterable of ``(src, tgt)`` pairs; an endless generator is fine when
-            ``num_steps`` is given.
+        batches: an iterable of batches; an endless generator is fine when ``num_steps`` is
+            given.
         optimizer, scheduler: e.g. from :func:`make_optimizer`.
         loss_fn: defaults to ``LabelSmoothingLoss(0.1, ignore_index=pad_id)``, the paper's.
         num_steps: stop after this many updates (default: when ``batches`` runs out).
         pad_id: the padding id.
         clip_grad_norm: clip the global gradient norm to this value (the paper does not clip;
             ``None`` = no clipping).
-        eval_batch: an optional held-out ``(src, tgt)`` batch whose loss (same ``loss_fn``, in
+        eval_batch: an optional held-out batch (same layout) whose loss (same ``loss_fn``, in
             eval mode, without gradients) is recorded every ``eval_every`` updates and at the end.
         progress: show a tqdm progress bar with the running loss (``False`` hides it).
         desc: the progress bar's label.
@@ -384,12 +400,12 @@ def train(
     bar = tqdm(total=num_steps, desc=desc, disable=not progress, mininterval=0.5, ncols=80)
     try:
         step = 0
-        for src, tgt in batches:
+        for batch in batches:
             if num_steps is not None and step >= num_steps:
                 break
             model.train()
             lr = optimizer.param_groups[0]["lr"]
-            loss = _forward_loss(model, src, tgt, loss_fn, pad_id)
+            loss = _forward_loss(model, *_split_batch(batch), loss_fn, pad_id)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if clip_grad_norm is not None:
@@ -416,7 +432,7 @@ def train(
 @torch.no_grad()
 def evaluate_loss(
     model: nn.Module,
-    batches: Iterable[tuple[Tensor, Tensor]],
+    batches: Iterable[tuple[Tensor, ...]],
     loss_fn: nn.Module | None = None,
     pad_id: int = 0,
 ) -> float:
@@ -431,9 +447,10 @@ def evaluate_loss(
     model.eval()
     total, count = 0.0, 0
     try:
-        for src, tgt in batches:
-            n = int((tgt[:, 1:] != pad_id).sum())
-            total += float(_forward_loss(model, src, tgt, loss_fn, pad_id)) * n
+        for batch in batches:
+            src, tgt_in, tgt_out = _split_batch(batch)
+            n = int((tgt_out != pad_id).sum())
+            total += float(_forward_loss(model, src, tgt_in, tgt_out, loss_fn, pad_id)) * n
             count += n
     finally:
         model.train(was_training)
