@@ -11,6 +11,7 @@ import torch
 from minitransformer.exercises import (
     ExerciseError,
     check_pairs_with_full_period,
+    check_rotary_embedding,
     check_shift_matrix,
     check_sinusoidal_encoding,
 )
@@ -219,3 +220,67 @@ def test_pairs_rejects_typical_mistakes(wrong, hint: str) -> None:
 def test_pairs_accepts_integer_valued_floats_and_tensors(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_pairs_with_full_period, lambda d, L: float(pairs_reference(d, L)))
     assert "Correct" in _verdict(capsys, check_pairs_with_full_period, lambda d, L: torch.tensor(pairs_reference(d, L)))
+
+
+# ---------------------------------------------------------------- RoPE
+def rope_reference(x: torch.Tensor) -> torch.Tensor:
+    T, d = x.shape[-2], x.shape[-1]
+    out = x.clone()
+    for m in range(T):
+        for i in range(d // 2):
+            a = m / 10000 ** (2 * i / d)
+            x0, x1 = x[..., m, 2 * i], x[..., m, 2 * i + 1]
+            out[..., m, 2 * i] = x0 * math.cos(a) + x1 * math.sin(a)
+            out[..., m, 2 * i + 1] = -x0 * math.sin(a) + x1 * math.cos(a)
+    return out
+
+
+def test_rope_accepts_reference_and_package(capsys) -> None:
+    from minitransformer.positional import rotary_embedding
+
+    assert "Correct" in _verdict(capsys, check_rotary_embedding, rope_reference)
+    assert "Correct" in _verdict(capsys, check_rotary_embedding, rotary_embedding)
+    # Via the shift matrix, row by row: the definition in the chapter.
+    assert "Correct" in _verdict(
+        capsys, check_rotary_embedding,
+        lambda x: torch.stack([x[..., m, :] @ shift_matrix(m, x.shape[-1]) for m in range(x.shape[-2])], -2),
+    )
+    assert "Not attempted" in _verdict(capsys, check_rotary_embedding, stub)
+
+
+def _rope(x, angle, halves=False):
+    T, d = x.shape[-2], x.shape[-1]
+    m = torch.arange(T, dtype=torch.float64)[:, None]
+    i = torch.arange(d // 2, dtype=torch.float64)[None, :]
+    a = angle(m, i, d)
+    c, s = torch.cos(a), torch.sin(a)
+    if halves:
+        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat([x0 * c + x1 * s, -x0 * s + x1 * c], -1)
+    out = x.clone()
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out[..., 0::2], out[..., 1::2] = x0 * c + x1 * s, -x0 * s + x1 * c
+    return out
+
+
+def rope_only_for_d8(x):
+    return rope_reference(x) if x.shape[-1] == 8 else x
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda x: _rope(x, lambda m, i, d: -m / 10000 ** (2 * i / d)), "wrong way"),
+        (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (2 * i / d), halves=True), r"i \+ d/2"),
+        (lambda x: _rope(x, lambda m, i, d: m + 0 * i), "same angle m"),
+        (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (i / d)), "uses i where the formula has 2i"),
+        (lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype), "added the sinusoidal"),
+        (lambda x: x.clone(), "unchanged"),
+        (lambda x: 2 * rope_reference(x), "length of the vectors"),
+        (lambda x: _rope(x, lambda m, i, d: (m + 1) / 10000 ** (2 * i / d)), "position 0"),
+        (rope_only_for_d8, r"shape \(5, 32\)"),
+        (lambda x: rope_reference(x)[..., :-1], "shape"),
+    ],
+)
+def test_rope_rejects_typical_mistakes(wrong, hint: str) -> None:
+    _rejects(check_rotary_embedding, wrong, hint)

@@ -31,6 +31,7 @@ from minitransformer.exercises.multihead import (
 )
 from minitransformer.exercises.positional import (
     check_pairs_with_full_period,
+    check_rotary_embedding,
     check_shift_matrix,
     check_sinusoidal_encoding,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "check_sinusoidal_encoding",
     "check_shift_matrix",
     "check_pairs_with_full_period",
+    "check_rotary_embedding",
     "check_noam_learning_rate",
     "check_smoothed_targets",
     "check_teacher_forcing",

@@ -2,7 +2,8 @@
 
 * :func:`check_sinusoidal_encoding`: build the paper's table ``PE``;
 * :func:`check_shift_matrix`: build the rotation ``M_k`` with ``PE[pos + k] = PE[pos] @ M_k``;
-* :func:`check_pairs_with_full_period`: a reasoning exercise on the wavelengths.
+* :func:`check_pairs_with_full_period`: a reasoning exercise on the wavelengths;
+* :func:`check_rotary_embedding`: rotate queries and keys (RoPE).
 
 Each compares with :mod:`minitransformer.positional` and recognises the usual mistakes.
 """
@@ -15,7 +16,13 @@ from typing import Callable
 import torch
 
 from minitransformer.exercises._core import ExerciseError, attempt, checker, close, expect_shape
-from minitransformer.positional import _rotation_blocks, angular_frequencies, shift_matrix, sinusoidal_encoding
+from minitransformer.positional import (
+    _rotation_blocks,
+    angular_frequencies,
+    rotary_embedding,
+    shift_matrix,
+    sinusoidal_encoding,
+)
 
 
 def _table(P: int, d: int, omega: torch.Tensor, first: str = "sin", layout: str = "interleaved",
@@ -210,3 +217,74 @@ def check_pairs_with_full_period(fn: Callable[[int, float], int]) -> None:
             )
         raise ExerciseError(f"fn({d}, {L}) = {got}, expected {want}: solve "
                             "2 pi * 10000^(2i/d_model) <= length for i")
+
+
+def _rope_variant(x: torch.Tensor, angle_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  halves: bool = False) -> torch.Tensor:
+    """Rotate pairs of features of ``x`` ``(..., T, d)`` by ``angle_of(positions, pair_index)``."""
+    T, d = x.shape[-2], x.shape[-1]
+    angles = angle_of(torch.arange(T, dtype=torch.float64)[:, None],
+                      torch.arange(d // 2, dtype=torch.float64)[None, :])  # (T, d/2)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    a, b = (x[..., : d // 2], x[..., d // 2 :]) if halves else (x[..., 0::2], x[..., 1::2])
+    first, second = a * cos + b * sin, -a * sin + b * cos
+    if halves:
+        return torch.cat([first, second], dim=-1)
+    out = torch.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = first, second
+    return out
+
+
+@checker("rotary position embedding")
+def check_rotary_embedding(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """Check ``fn(x)``: RoPE of ``x`` ``(..., T, d)`` at positions ``0 .. T-1``, against
+    :func:`~minitransformer.positional.rotary_embedding`.
+
+    Hints name the usual mistakes: rotating the wrong way, one angle for every pair, the
+    frequency with ``i`` instead of ``2i``, pairing feature ``i`` with ``i + d/2`` instead of
+    ``(2i, 2i+1)``, adding the encoding instead of rotating, ignoring the position.
+    """
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 10, 8, generator=gen, dtype=torch.float64)  # (B, h, T, d)
+    got = attempt(fn, x.clone())
+    expect_shape(got, tuple(x.shape), "fn(x) for x of shape (B, h, T, d) = (2, 3, 10, 8)")
+    got = got.double()
+    want = rotary_embedding(x)
+    if close(got, want, atol=1e-6):
+        other = torch.randn(5, 32, generator=gen, dtype=torch.float64)  # (T, d), no batch
+        got_other = attempt(fn, other.clone())
+        expect_shape(got_other, (5, 32), "fn(x) for x of shape (T, d) = (5, 32)")
+        if not close(got_other.double(), rotary_embedding(other), atol=1e-6):
+            raise ExerciseError("right for d = 8 but wrong for x of shape (5, 32): use the feature "
+                                "size of x (x.shape[-1]) in the frequencies, and T = x.shape[-2]")
+        return
+    T, d = x.shape[-2], x.shape[-1]
+    omega = lambda i: torch.pow(10000.0, -2 * i / d)  # noqa: E731
+    wrong = [
+        (_rope_variant(x, lambda m, i: -m * omega(i)),
+         "your rotation turns the wrong way (by -m w_i): the result is x[m] @ M_(-m). Scores then "
+         "depend on n - m instead of m - n; use (a cos + b sin, -a sin + b cos) for a pair (a, b), "
+         "the row vector times the block of shift_matrix"),
+        (_rope_variant(x, lambda m, i: m * omega(i), halves=True),
+         "you paired feature i with feature i + d/2 (the layout of GPT-NeoX and Hugging Face's "
+         "Llama); this exercise uses the interleaved pairs (2i, 2i+1) of the proposition"),
+        (_rope_variant(x, lambda m, i: m + 0 * i),
+         "every pair turns by the same angle m; pair i must turn by m * w_i with "
+         "w_i = 10000^(-2i/d), as in the sinusoidal encoding"),
+        (_rope_variant(x, lambda m, i: m * torch.pow(10000.0, -i / d)),
+         "your frequency uses i where the formula has 2i: w_i = 10000^(-2i/d)"),
+        (x + sinusoidal_encoding(T, d, dtype=torch.float64),
+         "you added the sinusoidal encoding; RoPE rotates each pair instead (the result must have "
+         "the same length as x at every position)"),
+        (x, "your function returns x unchanged: rotate the vector at position m by the angles m * w_i"),
+    ]
+    for table, hint in wrong:
+        if close(got, table, atol=1e-6):
+            raise ExerciseError(hint)
+    if not torch.allclose(got.norm(dim=-1), x.norm(dim=-1), atol=1e-6):
+        raise ExerciseError("your result changes the length of the vectors; a rotation keeps it: "
+                            "use cos and sin of the same angle in each pair")
+    if not close(got[..., 0, :], x[..., 0, :], atol=1e-6):
+        raise ExerciseError("position 0 should not be rotated (its angle is 0); do positions start at 0?")
+    raise ExerciseError("your values differ from rotary_embedding: the pair (x[2i], x[2i+1]) at "
+                        "position m should become the row vector times R(m * w_i)")
