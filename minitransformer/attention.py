@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:  # only for the annotation of MultiHeadAttention.forward's cache
+    from minitransformer.kv_cache import AttentionCache
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -296,6 +299,7 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         need_weights: bool = True,
+        cache: AttentionCache | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` ``(B, T, d_model)`` to ``key``/``value`` ``(B, S, d_model)``.
 
@@ -306,14 +310,24 @@ class MultiHeadAttention(nn.Module):
                 ``False`` calls PyTorch's fused kernel
                 :func:`torch.nn.functional.scaled_dot_product_attention`, which never
                 materialises the ``(B, h, T, S)`` weights, and returns ``None`` for them.
+            cache: a :class:`~minitransformer.kv_cache.AttentionCache` for incremental
+                decoding (chapter ``book/inference``). The new keys/values (only the
+                ``num_kv_heads`` KV heads) are appended to it and attention runs over all
+                cached positions, so ``S`` is then the cache length; a filled static
+                (cross-attention) cache is reused without projecting ``key``/``value`` again.
 
         Returns:
             ``(output, weights)``: ``(B, T, d_model)`` and ``(B, h, T, S)`` (or ``None``).
         """
         self._check_inputs(query, key, value)
         q = split_heads(self.w_q(query), self.num_heads)  # (B, h, T, d_k)
-        k = split_heads(self.w_k(key), self.num_kv_heads)  # (B, h_kv, S, d_k)
-        v = split_heads(self.w_v(value), self.num_kv_heads)  # (B, h_kv, S, d_v)
+        if cache is not None and cache.reuse:
+            k, v = cache.get()  # cross-attention: the source's K/V, projected once, reused
+        else:
+            k = split_heads(self.w_k(key), self.num_kv_heads)  # (B, h_kv, S, d_k)
+            v = split_heads(self.w_v(value), self.num_kv_heads)  # (B, h_kv, S, d_v)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, h_kv, S, d_k): cached positions + the new ones
         if self.num_kv_heads != self.num_heads:
             # Grouped-query attention: each KV head serves num_heads / num_kv_heads query heads.
             group = self.num_heads // self.num_kv_heads

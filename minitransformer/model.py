@@ -34,12 +34,16 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from minitransformer.attention import MultiHeadAttention, causal_mask
 from minitransformer.positional import PositionalEncoding
+
+if TYPE_CHECKING:  # annotations of the cache arguments (chapter "Inference")
+    from minitransformer.kv_cache import KVCache, LayerCache
 
 __all__ = [
     "FeedForward",
@@ -211,14 +215,14 @@ class DecoderLayer(nn.Module):
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask)  # (B, T, d_model), (B, h, T, T)
+    def _self_attention(self, x: Tensor, mask: Tensor | None, cache=None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, mask, cache=cache)  # (B, T, d_model), (B, h, T, T)
         self.self_attn_weights = weights.detach()
         return self.dropout1(out)
 
-    def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+    def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache=None) -> Tensor:
         # Queries come from the decoder, keys and values from the encoder output.
-        out, weights = self.cross_attn(x, memory, memory, mask)  # (B, T, d_model), (B, h, T, S)
+        out, weights = self.cross_attn(x, memory, memory, mask, cache=cache)  # (B, T, d_model), (B, h, T, S)
         self.cross_attn_weights = weights.detach()
         return self.dropout2(out)
 
@@ -228,14 +232,21 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> Tensor:
+        """``cache`` (incremental decoding, chapter "Inference"): ``x`` holds only the new
+        positions; self-attention appends their K/V to ``cache.self_attn`` and attends over all
+        cached positions (``tgt_mask`` then broadcasts to ``(B, h, T, cache length)``), and
+        cross-attention reuses the encoder K/V stored in ``cache.cross_attn``."""
+        self_cache = cache.self_attn if cache is not None else None
+        cross_cache = cache.cross_attn if cache is not None else None
         if self.norm_first:  # pre-LN
-            x = x + self._self_attention(self.norm1(x), tgt_mask)
-            x = x + self._cross_attention(self.norm2(x), memory, memory_mask)
+            x = x + self._self_attention(self.norm1(x), tgt_mask, self_cache)
+            x = x + self._cross_attention(self.norm2(x), memory, memory_mask, cross_cache)
             x = x + self.dropout3(self.feed_forward(self.norm3(x)))
         else:  # post-LN (the paper)
-            x = self.norm1(x + self._self_attention(x, tgt_mask))
-            x = self.norm2(x + self._cross_attention(x, memory, memory_mask))
+            x = self.norm1(x + self._self_attention(x, tgt_mask, self_cache))
+            x = self.norm2(x + self._cross_attention(x, memory, memory_mask, cross_cache))
             x = self.norm3(x + self.dropout3(self.feed_forward(x)))
         return x
 
@@ -350,9 +361,19 @@ class Decoder(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)  # (B, T, d_model)
+        """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer."""
+        if cache is None:
+            for layer in self.layers:
+                x = layer(x, memory, tgt_mask, memory_mask)  # (B, T, d_model)
+        else:
+            if len(cache.layers) != len(self.layers):
+                raise ValueError(
+                    f"the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}"
+                )
+            for layer, layer_cache in zip(self.layers, cache.layers):
+                x = layer(x, memory, tgt_mask, memory_mask, layer_cache)  # (B, T_new, d_model)
         return self.norm(x) if self.norm is not None else x
 
     @classmethod
@@ -462,9 +483,12 @@ class Transformer(nn.Module):
             )
 
     # -- the model ------------------------------------------------------------------------
-    def embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:
-        """``(B, L)`` ids -> ``(B, L, d_model)``: ``sqrt(d_model) * E[ids]`` plus positions."""
-        return self.positional(embedding(tokens) * math.sqrt(self.d_model))
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
+        """``(B, L)`` ids -> ``(B, L, d_model)``: ``sqrt(d_model) * E[ids]`` plus positions.
+
+        ``start`` is the position of the first token (the cache length when decoding with a
+        KV cache)."""
+        return self.positional(embedding(tokens) * math.sqrt(self.d_model), start)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids ``(B, S)`` -> memory ``(B, S, d_model)``.
@@ -481,12 +505,20 @@ class Transformer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """Target ids ``(B, T)`` and memory ``(B, S, d_model)`` -> logits ``(B, T, V_tgt)``.
 
         The causal mask is always applied; a given ``tgt_mask`` (boolean, broadcastable to
         ``(B, h, T, T)``, e.g. target padding ``(B, 1, 1, T)``) is combined with it by ``&``.
         The logits at position ``t`` predict token ``t + 1`` from tokens ``0..t``.
+
+        With a :class:`~minitransformer.kv_cache.KVCache` (incremental decoding, chapter
+        "Inference: the KV cache"), ``tgt`` holds only the ``T`` *new* tokens, at positions
+        ``cache.length .. cache.length + T - 1``; their keys and values are appended to the
+        cache and the logits of the new positions are returned. Feeding a sequence in pieces
+        gives the same logits as feeding it whole. A ``tgt_mask`` must then broadcast to
+        ``(B, h, T, cache.length + T)``.
         """
         self._check_tokens(tgt, "tgt", self.tgt_vocab_size)
         self._check_mask(src_mask, "src_mask")
@@ -500,10 +532,18 @@ class Transformer(nn.Module):
                 f"batch sizes differ: tgt {tuple(tgt.shape)} vs memory {tuple(memory.shape)}"
             )
         T = tgt.shape[1]
-        mask = causal_mask(T, device=tgt.device)  # (T, T)
+        start = 0 if cache is None else cache.length  # positions already cached
+        if cache is None:
+            mask = causal_mask(T, device=tgt.device)  # (T, T)
+        elif T == 1:
+            mask = None  # one new position may attend to every cached position and itself
+        else:
+            mask = causal_mask(start + T, device=tgt.device)[start:]  # (T, start + T)
         if tgt_mask is not None:
-            mask = mask & tgt_mask  # broadcasts to (B, 1, T, T) or (B, h, T, T)
-        x = self.decoder(self.embed(tgt, self.tgt_embed), memory, mask, src_mask)  # (B, T, d_model)
+            # broadcasts to (B, 1, T, T) or (B, h, T, T); with a cache, (..., T, start + T)
+            mask = tgt_mask if mask is None else mask & tgt_mask
+        x = self.embed(tgt, self.tgt_embed, start)  # (B, T, d_model)
+        x = self.decoder(x, memory, mask, src_mask, cache)  # (B, T, d_model)
         return self.output(x)  # (B, T, V_tgt)
 
     def forward(

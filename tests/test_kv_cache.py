@@ -136,3 +136,231 @@ def test_cli_help_runs_as_module():
     )
     assert "bytes per element" in result.stdout
     assert "llama-2-7b" in result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# The real cache: KVCache with the package's Transformer, greedy decoding and beam search.
+# --------------------------------------------------------------------------------------------
+import torch  # noqa: E402
+
+from minitransformer.attention import MultiHeadAttention, causal_mask  # noqa: E402
+from minitransformer.data import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from minitransformer.decoding import beam_search, greedy_decode  # noqa: E402
+from minitransformer.kv_cache import AttentionCache, KVCache  # noqa: E402
+from minitransformer.model import Transformer  # noqa: E402
+
+VOCAB = 13
+
+
+def _model(seed: int, norm_first: bool = False, layers: int = 2) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(VOCAB, VOCAB, d_model=32, num_heads=4, num_layers=layers, d_ff=64,
+                       dropout=0.1, norm_first=norm_first).eval()
+
+
+def _padded_sources(seed: int, lengths: list[int]) -> torch.Tensor:
+    """A (B, max(lengths)) batch of random content tokens, padded with PAD_ID."""
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, VOCAB, (len(lengths), max(lengths)), generator=gen)
+    for b, n in enumerate(lengths):
+        src[b, n:] = PAD_ID
+    return src
+
+
+@pytest.mark.parametrize("seed, norm_first", [(0, False), (1, False), (2, False), (3, True)])
+def test_cached_greedy_equals_uncached(seed, norm_first):
+    model = _model(seed, norm_first)
+    src = _padded_sources(seed, [7, 3, 5, 1])  # batch 4, different lengths, padding
+    for eos in (EOS_ID, None):
+        cached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos)
+        uncached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos,
+                                 use_cache=False)
+        assert torch.equal(cached, uncached)
+    assert cached.shape == (4, 12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_step_logits_equal_full_decode(seed):
+    # Feeding the greedy output one token at a time through the cache gives, step by step,
+    # the logits of one uncached pass over the whole sequence.
+    model = _model(seed)
+    src = _padded_sources(seed + 10, [6, 2, 4])
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    ys = greedy_decode(model, src, max_len=10, bos_id=BOS_ID, eos_id=None)  # (3, 10)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(ys, memory, src_mask)  # (3, 10, V)
+        cache = KVCache.for_model(model, max_len=10)
+        steps = [model.decode(ys[:, t : t + 1], memory, src_mask, cache=cache)
+                 for t in range(ys.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 10
+
+
+def test_chunked_prefill_equals_whole():
+    # Feeding 4 tokens, then 1, then 3 through the cache equals one pass over all 8.
+    model = _model(3)
+    src = _padded_sources(3, [5, 5])
+    gen = torch.Generator().manual_seed(0)
+    tgt = torch.randint(3, VOCAB, (2, 8), generator=gen)
+    with torch.no_grad():
+        memory = model.encode(src)
+        full = model.decode(tgt, memory)
+        cache = KVCache.for_model(model, max_len=3)  # too small on purpose: it must grow
+        parts = [model.decode(tgt[:, a:b], memory, cache=cache) for a, b in ((0, 4), (4, 5), (5, 8))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed, beam_size", [(0, 1), (0, 3), (1, 4)])
+def test_cached_beam_search_equals_uncached(seed, beam_size):
+    model = _model(seed)
+    src = _padded_sources(seed, [6, 2, 4])
+    cached, s_cached = beam_search(model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
+                                   beam_size=beam_size, return_scores=True)
+    uncached, s_uncached = beam_search(model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
+                                       beam_size=beam_size, return_scores=True, use_cache=False)
+    assert torch.equal(cached, uncached)
+    torch.testing.assert_close(s_cached, s_uncached, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_memory_equals_kv_cache_bytes():
+    layers, B, n, S = 3, 2, 7, 5
+    model = _model(0, layers=layers)
+    src = _padded_sources(0, [S, S])
+    ys = greedy_decode(model, src, max_len=n + 1, bos_id=BOS_ID, eos_id=None)
+    cache = KVCache.for_model(model, max_len=n)
+    with torch.no_grad():
+        memory = model.encode(src)
+        for t in range(n):  # n steps
+            model.decode(ys[:, t : t + 1], memory, cache=cache)
+    h, d_k = 4, 8
+    assert cache.length == n
+    for layer in cache.layers:  # only the filled positions, stored per KV head
+        assert layer.self_attn.keys.shape == (B, h, n, d_k)
+    assert cache.self_attn_nbytes == kv_cache_bytes(layers, h, d_k, n, B, bytes_per_element=4)
+    assert cache.cross_attn_nbytes == kv_cache_bytes(layers, h, d_k, S, B, bytes_per_element=4)
+    assert cache.nbytes == cache.self_attn_nbytes + cache.cross_attn_nbytes
+
+
+def test_append_writes_in_place_into_preallocated_buffers():
+    cache = AttentionCache(capacity=6)
+    gen = torch.Generator().manual_seed(0)
+    keys, values = [], []
+    pointers = set()
+    for _ in range(6):
+        k, v = torch.randn(2, 3, 1, 4, generator=gen), torch.randn(2, 3, 1, 5, generator=gen)
+        all_k, all_v = cache.update(k, v)
+        keys.append(k)
+        values.append(v)
+        pointers.add(cache.keys.data_ptr())
+        assert torch.equal(all_k, torch.cat(keys, dim=2))
+        assert torch.equal(all_v, torch.cat(values, dim=2))
+    assert len(pointers) == 1  # never reallocated: no torch.cat of a growing tensor
+    cache.update(*(torch.randn(2, 3, 1, d, generator=gen) for d in (4, 5)))  # outgrows: doubles
+    assert cache.keys.shape[2] == 12 and cache.length == 7
+    assert torch.equal(cache.get()[0][:, :, :6], torch.cat(keys, dim=2))
+
+
+def test_static_cache_is_filled_once_and_reused():
+    cache = AttentionCache(static=True)
+    assert not cache.reuse
+    k = torch.randn(1, 2, 5, 4)
+    cache.update(k, k)
+    assert cache.reuse and cache.length == 5
+    assert torch.equal(cache.get()[0], k)
+    with pytest.raises(ValueError, match="filled once"):
+        cache.update(k, k)
+
+
+def test_reorder_follows_beam_indices():
+    cache = KVCache(num_layers=1, capacity=4)
+    rows = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 2, 1, 4)  # row b is filled with b
+    cache.layers[0].self_attn.update(rows, rows)
+    cache.layers[0].cross_attn.update(rows, rows)
+    cache.reorder(torch.tensor([2, 2, 0, 1]))  # the batch may grow or shrink
+    k, _ = cache.layers[0].self_attn.get()
+    assert k.shape == (4, 2, 1, 4)
+    assert k[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 1.0]
+    assert cache.layers[0].cross_attn.get()[0][:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 1.0]
+
+
+def test_cache_shape_errors():
+    cache = AttentionCache(capacity=4)
+    cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    with pytest.raises(ValueError, match=r"do not match the cache \(B=1, h_kv=2"):
+        cache.update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    with pytest.raises(ValueError, match="same B, h_kv and n"):
+        cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 2, 4))
+    with pytest.raises(ValueError, match="empty"):
+        AttentionCache().get()
+    model = _model(0, layers=2)
+    with pytest.raises(ValueError, match="the cache has 3 layers, the decoder 2"):
+        with torch.no_grad():
+            memory = model.encode(torch.full((1, 3), 4))
+            model.decode(torch.full((1, 1), BOS_ID), memory, cache=KVCache(3))
+
+
+# --------------------------------------------------------------------------------------------
+# GQA / MQA in MultiHeadAttention, and what the cache stores
+# --------------------------------------------------------------------------------------------
+def test_gqa_with_all_kv_heads_equals_plain_mha():
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(32, 8).eval()
+    torch.manual_seed(0)
+    gqa = MultiHeadAttention(32, 8, num_kv_heads=8).eval()
+    x, mem = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    for a, b in zip(plain(x, mem, mem), gqa(x, mem, mem)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_gqa_equals_mha_with_shared_key_value_heads(num_kv_heads):
+    # Independent reference: GQA is plain MHA whose K/V projections repeat each KV head's
+    # weights for every query head of its group.
+    h, d_model = 8, 32
+    d_k = d_model // h
+    torch.manual_seed(1)
+    gqa = MultiHeadAttention(d_model, h, num_kv_heads=num_kv_heads).eval()
+    mha = MultiHeadAttention(d_model, h).eval()
+    group = h // num_kv_heads
+    with torch.no_grad():
+        mha.w_q.load_state_dict(gqa.w_q.state_dict())
+        mha.w_o.load_state_dict(gqa.w_o.state_dict())
+        for ours, theirs in ((mha.w_k, gqa.w_k), (mha.w_v, gqa.w_v)):
+            w = theirs.weight.view(num_kv_heads, d_k, d_model).repeat_interleave(group, 0)
+            ours.weight.copy_(w.reshape(d_model, d_model))
+            ours.bias.copy_(theirs.bias.view(num_kv_heads, d_k).repeat_interleave(group, 0).reshape(-1))
+    x = torch.randn(2, 6, d_model)
+    mask = causal_mask(6)
+    out_gqa, w_gqa = gqa(x, x, x, mask)
+    out_mha, w_mha = mha(x, x, x, mask)
+    torch.testing.assert_close(out_gqa, out_mha, atol=1e-6, rtol=1e-5)
+    assert w_gqa.shape == (2, h, 6, 6)
+    assert gqa.w_k.weight.shape == (num_kv_heads * d_k, d_model)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 8])  # MQA, GQA, MHA
+def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
+    # Self-attention one position at a time through an AttentionCache equals causal attention
+    # over the whole sequence, and the cache holds only the KV heads.
+    h, d_model, B, n = 8, 64, 3, 9
+    d_k = d_model // h
+    torch.manual_seed(2)
+    attn = MultiHeadAttention(d_model, h, num_kv_heads=num_kv_heads).eval()
+    x = torch.randn(B, n, d_model)
+    full, _ = attn(x, x, x, causal_mask(n))
+    cache = AttentionCache(capacity=n)
+    steps = []
+    for t in range(n):
+        out, weights = attn(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)
+        assert weights.shape == (B, h, 1, t + 1)
+        steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.keys.shape == (B, num_kv_heads, n, d_k)
+    assert cache.nbytes == kv_cache_bytes(1, num_kv_heads, d_k, n, B, bytes_per_element=4)
+    assert kv_cache_bytes(1, h, d_k, n, B, 4) == (h // num_kv_heads) * cache.nbytes  # MHA's
+
+
+def test_num_kv_heads_must_divide_num_heads():
+    with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=8"):
+        MultiHeadAttention(32, 8, num_kv_heads=3)
