@@ -64,7 +64,9 @@ class Batch(NamedTuple):
     def tgt(self) -> Tensor:
         """The whole target ``(B, L + 2)``: ``BOS, y_1 .. y_n, EOS, PAD ...``.
 
-        ``tgt[:, :-1] == tgt_in`` and ``tgt[:, 1:] == tgt_out``.
+        ``tgt[:, 1:] == tgt_out``; ``tgt[:, :-1]`` is ``tgt_in`` except that a row shorter
+        than the batch shows its EOS where ``tgt_in`` has PAD (a position whose label is PAD,
+        so teacher forcing from either gives the same loss).
         """
         return torch.cat([self.tgt_in[:, :1], self.tgt_out], dim=1)
 
