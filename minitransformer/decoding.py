@@ -17,6 +17,13 @@ all-True mask to attend everywhere.
 
 Neither function changes the model's mode: call ``model.eval()`` first (dropout off).
 
+KV cache (chapter "Inference: the KV cache and the cost of attention"): with ``use_cache=True``
+(the default) each step feeds only the newest token and a
+:class:`~minitransformer.kv_cache.KVCache` keeps the keys and values of the earlier positions
+(the encoder output's cross-attention keys and values are projected once); beam search reorders
+the cache by the beam each surviving hypothesis came from. ``use_cache=False`` recomputes the
+whole prefix at every step. Both give the same tokens.
+
 The beam-search score of a hypothesis ``y_1 .. y_n`` (``y_n = EOS`` unless it stopped at
 ``max_len``) is the length-normalised log-probability of Wu et al. (2016), used with
 ``alpha = 0.6`` by the paper (section 6.1)::
@@ -33,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from minitransformer.data import PAD_ID, src_padding_mask
+from minitransformer.kv_cache import KVCache
 
 __all__ = ["greedy_decode", "beam_search", "sequence_score", "length_penalty_factor"]
 
@@ -72,6 +80,7 @@ def greedy_decode(
     eos_id: int | None = None,
     src_mask: Tensor | None = None,
     pad_id: int = PAD_ID,
+    use_cache: bool = True,
 ) -> Tensor:
     """Pick the most likely next token at every step (module docstring: output layout).
 
@@ -85,6 +94,10 @@ def greedy_decode(
             exactly ``max_len`` ids per row.
         src_mask: ``(B, 1, 1, S)`` boolean, True = may attend; None builds it from ``pad_id``.
         pad_id: filler after EOS, and the source padding id when ``src_mask`` is None.
+        use_cache: keep the keys and values of earlier positions in a
+            :class:`~minitransformer.kv_cache.KVCache` and feed only the newest token (the
+            model's ``decode`` must accept ``cache=``); False recomputes the whole prefix
+            every step. Same tokens either way.
 
     Returns:
         ``(B, L)`` ids, ``L <= max_len``; decoding stops as soon as every row has ended.
@@ -92,18 +105,25 @@ def greedy_decode(
     src_mask = _check_decode_args(src, max_len, src_mask, pad_id)
     memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
     B = src.shape[0]
-    ys = torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    ys = torch.full((B, max_len), pad_id, dtype=torch.long, device=src.device)  # preallocated
+    ys[:, 0] = bos_id
+    cache = KVCache.for_model(model, max_len) if use_cache else None
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    for _ in range(max_len - 1):
-        logits = model.decode(ys, memory, src_mask)[:, -1]  # (B, V): the last position only
+    length = 1  # ids written so far
+    for t in range(1, max_len):
+        if cache is None:
+            logits = model.decode(ys[:, :t], memory, src_mask)[:, -1]  # (B, V): whole prefix
+        else:
+            logits = model.decode(ys[:, t - 1 : t], memory, src_mask, cache=cache)[:, -1]  # newest
         next_token = logits.argmax(dim=-1)  # (B,)
         if eos_id is not None:
             next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
             finished = finished | (next_token == eos_id)
-        ys = torch.cat([ys, next_token[:, None]], dim=1)  # (B, t + 1)
+        ys[:, t] = next_token
+        length = t + 1
         if eos_id is not None and bool(finished.all()):
             break
-    return ys
+    return ys[:, :length].clone()  # (B, length)
 
 
 @torch.no_grad()
@@ -118,6 +138,7 @@ def beam_search(
     src_mask: Tensor | None = None,
     pad_id: int = PAD_ID,
     return_scores: bool = False,
+    use_cache: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Beam search: keep the ``beam_size`` best partial outputs instead of one.
 
@@ -137,6 +158,8 @@ def beam_search(
         beam_size: number of hypotheses kept per example (``>= 1``).
         length_penalty: ``alpha`` of ``lp(n) = ((5 + n) / 6) ** alpha``; the paper uses 0.6.
         return_scores: also return the ``(B,)`` scores of the chosen outputs.
+        use_cache: as in :func:`greedy_decode`; the cache rows are reordered after every step
+            to follow the hypotheses that survive.
 
     Returns:
         ``(B, L)`` ids in the layout of :func:`greedy_decode` (and the scores if asked).
@@ -145,69 +168,69 @@ def beam_search(
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size}")
     src_mask = _check_decode_args(src, max_len, src_mask, pad_id)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
-    results: list[Tensor] = []
-    scores: list[float] = []
-    for b in range(src.shape[0]):
-        mask_b = src_mask[b : b + 1] if src_mask.shape[0] > 1 else src_mask  # (1, 1, 1, S)
-        seq, score = _beam_search_one(
-            model, memory[b : b + 1], mask_b, max_len, bos_id, eos_id, beam_size, length_penalty
-        )
+    B, device = src.shape[0], src.device
+    if src_mask.shape[0] != B:
+        src_mask = src_mask.expand(B, *src_mask.shape[1:])
+    # The live hypotheses of all examples side by side, N rows in all (N <= B * beam_size):
+    alive = torch.full((B, 1), bos_id, dtype=torch.long, device=device)  # (N, t) prefixes
+    alive_logp = torch.zeros(B, device=device)  # (N,) summed log-probabilities
+    example = torch.arange(B, device=device)  # (N,) which example each row belongs to
+    finished: list[list[tuple[float, Tensor]]] = [[] for _ in range(B)]  # (score, ids)
+    cache = KVCache.for_model(model, max_len) if use_cache else None
+    for step in range(1, max_len):  # `step` tokens generated after this iteration
+        if cache is None:
+            logits = model.decode(alive, memory[example], src_mask[example])[:, -1]  # (N, V)
+        else:  # only the newest token of each live row; the cache holds the rest
+            logits = model.decode(alive[:, -1:], memory[example], src_mask[example],
+                                  cache=cache)[:, -1]  # (N, V)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+        V = log_probs.shape[-1]
+        candidates = alive_logp[:, None] + log_probs  # (N, V): every one-token extension
+        parents: list[int] = []  # row of `alive` each new live hypothesis extends
+        tokens: list[int] = []
+        new_logp: list[Tensor] = []
+        for b in range(B):
+            rows = (example == b).nonzero()[:, 0]  # (k_b,) this example's live rows
+            if rows.numel() == 0:
+                continue
+            free = min(beam_size - len(finished[b]), rows.numel() * V)
+            top_logp, top_index = candidates[rows].reshape(-1).topk(free)  # best first
+            for logp, index in zip(top_logp, top_index.tolist()):
+                row, token = int(rows[index // V]), index % V
+                if eos_id is not None and token == eos_id:  # finished: keeps its slot
+                    seq = torch.cat([alive[row], alive.new_tensor([token])])
+                    finished[b].append((float(logp) / length_penalty_factor(step, length_penalty), seq))
+                else:
+                    parents.append(row)
+                    tokens.append(token)
+                    new_logp.append(logp)
+        if not parents:
+            break
+        parent = torch.tensor(parents, device=device)  # (N',)
+        alive = torch.cat([alive[parent], torch.tensor(tokens, device=device)[:, None]], dim=1)
+        alive_logp = torch.stack(new_logp)  # (N',)
+        example = example[parent]
+        if cache is not None:
+            cache.reorder(parent)  # each survivor keeps the keys/values of its parent row
+    else:  # max_len reached: the live hypotheses end here without EOS
+        for row in range(alive.shape[0]):
+            score = float(alive_logp[row]) / length_penalty_factor(alive.shape[1] - 1, length_penalty)
+            finished[int(example[row])].append((score, alive[row]))
+    results, scores = [], []
+    for b in range(B):
+        if finished[b]:
+            score, seq = max(finished[b], key=lambda f: f[0])
+        else:  # max_len == 1: only BOS
+            score, seq = 0.0, alive[0, :1]
         results.append(seq)
         scores.append(score)
     width = max(len(r) for r in results)
-    out = torch.full((len(results), width), pad_id, dtype=torch.long, device=src.device)
+    out = torch.full((B, width), pad_id, dtype=torch.long, device=device)
     for b, r in enumerate(results):
         out[b, : len(r)] = r
     if return_scores:
         return out, torch.tensor(scores, dtype=torch.float32)
     return out
-
-
-def _beam_search_one(
-    model: nn.Module,
-    memory: Tensor,
-    src_mask: Tensor,
-    max_len: int,
-    bos_id: int,
-    eos_id: int | None,
-    beam_size: int,
-    alpha: float,
-) -> tuple[Tensor, float]:
-    """Beam search for one example: ``memory`` ``(1, S, d_model)``; returns (ids, score)."""
-    device = memory.device
-    alive = torch.full((1, 1), bos_id, dtype=torch.long, device=device)  # (k, t) live prefixes
-    alive_logp = torch.zeros(1, device=device)  # (k,) summed log-probabilities
-    finished: list[tuple[float, Tensor]] = []  # (normalised score, ids)
-    for step in range(1, max_len):  # `step` tokens generated after this iteration
-        k = alive.shape[0]
-        logits = model.decode(
-            alive, memory.expand(k, -1, -1), src_mask.expand(k, -1, -1, -1)
-        )[:, -1]  # (k, V)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # (k, V)
-        V = log_probs.shape[-1]
-        candidates = (alive_logp[:, None] + log_probs).reshape(-1)  # (k * V,)
-        free = min(beam_size - len(finished), candidates.numel())
-        top_logp, top_index = candidates.topk(free)  # best first
-        new_alive, new_logp = [], []
-        for logp, index in zip(top_logp, top_index.tolist()):
-            beam, token = divmod(index, V)
-            seq = torch.cat([alive[beam], alive.new_tensor([token])])  # (step + 1,)
-            if eos_id is not None and token == eos_id:
-                finished.append((float(logp) / length_penalty_factor(step, alpha), seq))
-            else:
-                new_alive.append(seq)
-                new_logp.append(logp)
-        if not new_alive:
-            break
-        alive = torch.stack(new_alive)  # (k', step + 1)
-        alive_logp = torch.stack(new_logp)
-    else:  # max_len reached: the live hypotheses end here without EOS
-        for logp, seq in zip(alive_logp.tolist(), alive):
-            finished.append((logp / length_penalty_factor(alive.shape[1] - 1, alpha), seq))
-    if not finished:  # max_len == 1: only BOS
-        return alive[0], 0.0
-    score, seq = max(finished, key=lambda f: f[0])
-    return seq, score
 
 
 @torch.no_grad()
@@ -224,8 +247,9 @@ def sequence_score(
 
     Runs the model once with teacher forcing and returns ``(B,)`` scores
     ``sum_t log p(y_t | y_<t, x) / lp(n)`` over the ``n`` generated tokens of each row: those
-    after the BOS, up to and including the first ``eos_id`` (a row without EOS counts until
-    its first ``pad_id``, or to the end). Use it to compare greedy and beam outputs.
+    after the BOS, up to and including the first ``eos_id`` (a row without EOS counts to
+    its end, as the decoders only leave such rows when they ran to ``max_len``). Use it to
+    compare greedy and beam outputs. ``pad_id`` only serves to build ``src_mask`` if None.
     """
     if seqs.dim() != 2 or seqs.shape[0] != src.shape[0]:
         raise ValueError(
@@ -244,9 +268,7 @@ def sequence_score(
     for row in targets.tolist():
         if eos_id is not None and eos_id in row:
             lengths.append(row.index(eos_id) + 1)
-        elif pad_id in row:
-            lengths.append(row.index(pad_id))
-        else:
+        else:  # no EOS: the decoders filled the whole row
             lengths.append(len(row))
     n = torch.tensor(lengths, device=seqs.device)  # (B,)
     keep = torch.arange(L - 1, device=seqs.device)[None, :] < n[:, None]  # (B, L - 1)
