@@ -58,6 +58,8 @@ def attention_case(draw, with_mask: bool | None = None):
 
     use_mask = draw(st.booleans()) if with_mask is None else with_mask
     mask = None
+    # The mask may broadcast up to the batch shape of q, k, v, but not beyond it.
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if use_mask:
         form = draw(st.sampled_from(["TS", "1S", "T1", "full", "batch1S"]))
         shape = {
