@@ -35,6 +35,11 @@ from minitransformer.exercises.positional import (
     check_shift_matrix,
     check_sinusoidal_encoding,
 )
+from minitransformer.exercises.inference import (
+    check_cache_append,
+    check_kv_cache_bytes,
+    check_online_softmax_step,
+)
 from minitransformer.exercises.training import (
     check_noam_learning_rate,
     check_smoothed_targets,
@@ -60,4 +65,7 @@ __all__ = [
     "check_noam_learning_rate",
     "check_smoothed_targets",
     "check_teacher_forcing",
+    "check_kv_cache_bytes",
+    "check_online_softmax_step",
+    "check_cache_append",
 ]
