@@ -1,0 +1,80 @@
+"""Peak extra memory of tiled (FlashAttention-style) attention against naive attention.
+
+Setting of issue 7 (chapter "Inference: the KV cache and the cost of attention"): one head,
+T = S = 4096 positions, d_k = d_v = 64, float32, CPU, no autograd.
+
+Naive attention is the package's :func:`minitransformer.attention.scaled_dot_product_attention`,
+which forms the (T, S) score matrix and the (T, S) softmax weights.
+:func:`minitransformer.flash.tiled_attention` walks over the keys in blocks of 64 with an online
+softmax and never holds more than a (T, 64) tile of scores.
+
+Method (:func:`minitransformer.flash.peak_memory_bytes`): ``torch.profiler`` with
+``profile_memory=True`` records every CPU tensor allocation and free during the call; replaying
+them in time order gives the largest amount of memory the call held on top of its inputs (its
+output included). This is an accounting of torch's allocator, not of the process's RSS, so other
+processes on the machine do not disturb it: the numbers are the same on every run.
+
+Target: tiled peak <= 1/8 of naive peak (exit status 1 if missed). Also checks the two outputs
+agree (atol 1e-5) and prints the time of each, for information only.
+
+Run: ``.venv/bin/python benchmarks/bench_flash.py [--T 4096] [--block 64] [--no-check]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from minitransformer.attention import scaled_dot_product_attention
+from minitransformer.flash import peak_memory_bytes, tiled_attention
+
+TARGET = 1 / 8
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--T", type=int, default=4096, help="sequence length (default 4096)")
+    parser.add_argument("--d", type=int, default=64, help="head size d_k = d_v (default 64)")
+    parser.add_argument("--block", type=int, default=64, help="key block size (default 64)")
+    parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
+    args = parser.parse_args()
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, args.T, args.d, generator=gen) for _ in range(3))
+    mib = 2**20
+    with torch.inference_mode():
+        start = time.perf_counter()
+        naive_peak, (naive_out, _) = peak_memory_bytes(scaled_dot_product_attention, q, k, v)
+        naive_time = time.perf_counter() - start
+        start = time.perf_counter()
+        tiled_peak, tiled_out = peak_memory_bytes(tiled_attention, q, k, v,
+                                                  block_size=args.block)
+        tiled_time = time.perf_counter() - start
+    error = (naive_out - tiled_out).abs().max().item()
+    ratio = tiled_peak / naive_peak
+    score_matrix = args.T * args.T * 4
+    print(f"T = S = {args.T}, d = {args.d}, block = {args.block}, float32, one head")
+    print(f"one (T, S) float32 matrix: {score_matrix / mib:8.2f} MiB")
+    print(f"naive attention peak:      {naive_peak / mib:8.2f} MiB  ({naive_time:.2f} s under "
+          "the profiler)")
+    print(f"tiled attention peak:      {tiled_peak / mib:8.2f} MiB  ({tiled_time:.2f} s under "
+          "the profiler)")
+    print(f"ratio tiled / naive:       {ratio:8.4f}  (1/{1 / ratio:.1f}; target <= 1/8)")
+    print(f"max |naive - tiled|:       {error:.2e}")
+    if args.no_check:
+        return 0
+    if error > 1e-5:
+        print("FAIL: outputs differ")
+        return 1
+    if ratio > TARGET:
+        print("FAIL: tiled peak above 1/8 of naive")
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
