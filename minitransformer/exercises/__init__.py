@@ -18,6 +18,11 @@ Checkers live in one module per topic and are re-exported here, so a notebook on
 
 from minitransformer.exercises._core import ExerciseError, NotAttempted, checker
 from minitransformer.exercises.warmup import check_softmax
+from minitransformer.exercises.model import (
+    check_decoder_mask,
+    check_layer_parameters,
+    check_next_token,
+)
 from minitransformer.exercises.attention import (
     check_attention,
     check_causal_mask,
@@ -51,6 +56,9 @@ __all__ = [
     "NotAttempted",
     "checker",
     "check_softmax",
+    "check_decoder_mask",
+    "check_layer_parameters",
+    "check_next_token",
     "check_attention",
     "check_causal_mask",
     "check_cross_attention_shapes",
