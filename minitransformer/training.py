@@ -25,6 +25,8 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from minitransformer.data import PAD_ID
+
 __all__ = [
     "ADAM_BETAS",
     "ADAM_EPS",
@@ -347,7 +349,7 @@ def train(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     loss_fn: nn.Module | None = None,
     num_steps: int | None = None,
-    pad_id: int = 0,
+    pad_id: int = PAD_ID,
     clip_grad_norm: float | None = None,
     eval_batch: tuple[Tensor, ...] | None = None,
     eval_every: int = 50,
@@ -434,7 +436,7 @@ def evaluate_loss(
     model: nn.Module,
     batches: Iterable[tuple[Tensor, ...]],
     loss_fn: nn.Module | None = None,
-    pad_id: int = 0,
+    pad_id: int = PAD_ID,
 ) -> float:
     """The mean teacher-forced loss over ``batches``, in eval mode (no dropout), no gradients.
 
@@ -502,7 +504,7 @@ def sequence_accuracy(
     tgt: Tensor,
     bos_id: int,
     eos_id: int,
-    pad_id: int = 0,
+    pad_id: int = PAD_ID,
     max_len: int | None = None,
     beam_size: int | None = None,
     batch_size: int = 512,
