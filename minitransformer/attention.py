@@ -146,7 +146,12 @@ def scaled_dot_product_attention(
         # turn a fully masked row into 0/0 = NaN, in the forward and in the backward pass.)
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     # softmax subtracts the row maximum first, so scores of 1e4 do not overflow exp().
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to one
+    if scores.requires_grad:
+        weights = torch.softmax(scores, dim=-1)  # (..., T, S), each row sums to one
+    else:
+        # No gradient will flow through here (inference): overwrite the fresh scores instead
+        # of allocating a second (..., T, S) tensor, as torch.nn.MultiheadAttention does.
+        weights = torch.softmax(scores, dim=-1, out=scores)
     if mask is not None:
         # A fully masked row came out uniform (all its scores were equal): zero it. In the
         # other rows the masked entries are exactly 0 already, so nothing changes there.
