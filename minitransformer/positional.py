@@ -1,4 +1,4 @@
-"""Positional information for attention: sinusoids, learned embeddings and rotary (RoPE).
+r"""Positional information for attention: sinusoids, learned embeddings and rotary (RoPE).
 
 Explained in the chapter "Positional encoding" (``book/positional``).
 
@@ -9,8 +9,8 @@ the same way. Each module here gives the model a way to tell positions apart:
 
   .. math::
 
-      PE(pos, 2i) = \\sin(pos\\,\\omega_i), \\quad PE(pos, 2i+1) = \\cos(pos\\,\\omega_i),
-      \\quad \\omega_i = 10000^{-2i/d_{model}};
+      PE(pos, 2i) = \sin(pos\,\omega_i), \quad PE(pos, 2i+1) = \cos(pos\,\omega_i),
+      \quad \omega_i = 10000^{-2i/d_{model}};
 
 * :func:`shift_matrix` is the block-diagonal rotation ``M_k`` with
   ``PE[pos + k] == PE[pos] @ M_k`` for every ``pos`` (the linear relation of section 3.5);
@@ -123,7 +123,8 @@ def shift_matrix(
          [ sin(k w_i),  cos(k w_i)]]
 
     It depends on the offset ``k`` only, never on ``pos``; it is orthogonal, and
-    ``M_j @ M_k == M_(j+k)``, ``M_k.T == M_(-k)``. Proposition "shift" of the book.
+    ``M_j @ M_k == M_(j+k)``, ``M_k.T == M_(-k)``. Section "A shift is a rotation" of the book
+    (the proposition and its proof).
     ``offset`` may be any real number (negative offsets shift backwards).
     """
     _check_even(d_model)
@@ -182,7 +183,7 @@ class LearnedPositionalEmbedding(nn.Module):
     returns ``dropout(x + P[:T])`` where ``P`` is a ``(max_len, d_model)`` parameter. Rows are
     initialised from ``N(0, init_std**2)``; a row only changes if some training sequence
     reaches that position, so positions beyond the longest training sequence keep their
-    random initial vectors (section "Learned vs sinusoidal").
+    random initial vectors (section "Learned or sinusoidal?" of the book).
     """
 
     def __init__(self, max_len: int, d_model: int, dropout: float = 0.0, init_std: float = 1.0) -> None:
@@ -228,7 +229,7 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None, base: float = 1
     angle ``m * omega_i`` with the frequencies of :func:`angular_frequencies`:
     ``rotary_embedding(x)[..., m, :] == x[..., m, :] @ shift_matrix(m, d)``. Because rotations
     compose, ``rope(q)_m . rope(k)_n = q_m @ M_(m - n) @ k_n``: the score depends on the
-    positions only through ``m - n``. Section "A look forward".
+    positions only through ``m - n``. Section "A look forward: relative positions and RoPE".
 
     This is the interleaved pairing of the RoFormer paper; some libraries (e.g. GPT-NeoX,
     Llama in Hugging Face) pair feature ``i`` with ``i + d/2`` instead, a permutation of
