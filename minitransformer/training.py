@@ -399,7 +399,10 @@ def train(
         history.eval_steps.append(step)
         history.eval_loss.append(evaluate_loss(model, [eval_batch], loss_fn, pad_id))
 
-    bar = tqdm(total=num_steps, desc=desc, disable=not progress, mininterval=0.5, ncols=80)
+    total = num_steps
+    if hasattr(batches, "__len__"):
+        total = len(batches) if num_steps is None else min(num_steps, len(batches))
+    bar = tqdm(total=total, desc=desc, disable=not progress, mininterval=1.0, ncols=80)
     try:
         step = 0
         for batch in batches:
