@@ -4,15 +4,16 @@ Setting of issue 7 (chapter "Inference: the KV cache and the cost of attention")
 T = S = 4096 positions, d_k = d_v = 64, float32, CPU, no autograd.
 
 Naive attention is the package's :func:`minitransformer.attention.scaled_dot_product_attention`,
-which forms the (T, S) score matrix and the (T, S) softmax weights.
+which forms the (T, S) score matrix (and, when gradients are needed, a second (T, S) matrix for
+the softmax weights; without gradients it applies the softmax in place).
 :func:`minitransformer.flash.tiled_attention` walks over the keys in blocks of 64 with an online
 softmax and never holds more than a (T, 64) tile of scores.
 
-Method (:func:`minitransformer.flash.peak_memory_bytes`): ``torch.profiler`` with
-``profile_memory=True`` records every CPU tensor allocation and free during the call; replaying
-them in time order gives the largest amount of memory the call held on top of its inputs (its
-output included). This is an accounting of torch's allocator, not of the process's RSS, so other
-processes on the machine do not disturb it: the numbers are the same on every run.
+Method (:func:`minitransformer.flash.peak_memory_bytes`): a ``TorchDispatchMode`` sees every
+tensor operator of the call; each new storage is counted when an operator returns it and
+released when its last tensor is freed, and the running maximum is the extra memory the call
+needed on top of its inputs (its output included). The count is exact and the same on every
+run, whatever else the machine is doing.
 
 Target: tiled peak <= 1/8 of naive peak (exit status 1 if missed). Also checks the two outputs
 agree (atol 1e-5) and prints the time of each, for information only.
@@ -59,9 +60,9 @@ def main() -> int:
     print(f"T = S = {args.T}, d = {args.d}, block = {args.block}, float32, one head")
     print(f"one (T, S) float32 matrix: {score_matrix / mib:8.2f} MiB")
     print(f"naive attention peak:      {naive_peak / mib:8.2f} MiB  ({naive_time:.2f} s under "
-          "the profiler)")
+          "the tracker)")
     print(f"tiled attention peak:      {tiled_peak / mib:8.2f} MiB  ({tiled_time:.2f} s under "
-          "the profiler)")
+          "the tracker)")
     print(f"ratio tiled / naive:       {ratio:8.4f}  (1/{1 / ratio:.1f}; target <= 1/8)")
     print(f"max |naive - tiled|:       {error:.2e}")
     if args.no_check:

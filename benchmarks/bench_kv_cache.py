@@ -14,6 +14,11 @@ default torch runs on one thread (``--threads 0`` keeps torch's choice): with se
 the uncached runs' large matrix products parallelise while the cached steps, dominated by
 per-operator overhead, do not, so the ratio then comes out lower.
 
+Both wall-clock and process CPU time are measured and both ratios printed. On one thread the
+CPU time is the time the decoding actually ran, without the moments other programs had the
+processor, so on a busy machine it is the more faithful number; ``--clock`` picks the one the
+targets are checked against (default: wall).
+
 Targets: floor 4x at 256 new tokens (exit status 1 below it); target 7x at 256 and 14x at 512.
 
 Run: ``.venv/bin/python benchmarks/bench_kv_cache.py [--rounds 3] [--threads N] [--no-check]``
@@ -44,6 +49,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads (default 1: on a shared machine one thread "
                              "gives reproducible times; 0 keeps torch's own choice)")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="time the targets are checked against (default: wall)")
     parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
     args = parser.parse_args()
     if args.threads:
@@ -57,42 +64,48 @@ def main() -> int:
           f"vocab={VOCAB}; source {SRC_LEN} tokens, batch 1; torch {torch.__version__}, "
           f"{torch.get_num_threads()} thread(s)")
 
-    def run(n: int, use_cache: bool) -> tuple[float, torch.Tensor]:
-        start = time.perf_counter()
+    def run(n: int, use_cache: bool) -> tuple[float, float, torch.Tensor]:
+        start, start_cpu = time.perf_counter(), time.process_time()
         out = greedy_decode(model, src, max_len=n + 1, bos_id=1, eos_id=None,
                             use_cache=use_cache)
-        return time.perf_counter() - start, out
+        return time.perf_counter() - start, time.process_time() - start_cpu, out
 
     run(8, True)  # warm-up: allocator, thread pool
     run(8, False)
     ratios: dict[int, float] = {}
     for n in args.lengths:
-        per_round, cached_times, uncached_times = [], [], []
+        rounds: dict[str, list[float]] = {"wall": [], "cpu": []}
+        cached_times: dict[str, list[float]] = {"wall": [], "cpu": []}
         for r in range(args.rounds):
             order = [True, False] if r % 2 == 0 else [False, True]
             result = {}
             for use_cache in order:
                 result[use_cache] = run(n, use_cache)
-            (t_cached, out_cached), (t_uncached, out_uncached) = result[True], result[False]
+            (w_c, c_c, out_cached), (w_u, c_u, out_uncached) = result[True], result[False]
             if not torch.equal(out_cached, out_uncached):
                 print(f"ERROR: cached and uncached tokens differ at n={n}")
                 return 1
-            cached_times.append(t_cached)
-            uncached_times.append(t_uncached)
-            per_round.append(t_uncached / t_cached)
-        ratios[n] = statistics.median(per_round)
-        print(f"{n:4d} new tokens: cached {statistics.median(cached_times):7.3f} s "
-              f"({1e3 * statistics.median(cached_times) / n:.2f} ms/token), uncached "
-              f"{statistics.median(uncached_times):7.3f} s -> speed-up {ratios[n]:.2f}x "
-              f"(rounds: {', '.join(f'{x:.2f}' for x in per_round)})"
-              + (f"; target {TARGETS[n]:.0f}x {'met' if ratios[n] >= TARGETS[n] else 'MISSED'}"
-                 if n in TARGETS else ""))
+            rounds["wall"].append(w_u / w_c)
+            rounds["cpu"].append(c_u / c_c)
+            cached_times["wall"].append(w_c)
+            cached_times["cpu"].append(c_c)
+        for clock in ("wall", "cpu"):
+            ratio = statistics.median(rounds[clock])
+            if clock == args.clock:
+                ratios[n] = ratio
+            per_token = 1e3 * statistics.median(cached_times[clock]) / n
+            target = (f"; target {TARGETS[n]:.0f}x {'met' if ratio >= TARGETS[n] else 'MISSED'}"
+                      if n in TARGETS else "")
+            print(f"{n:4d} new tokens, {clock:>4} time: cached {per_token:.2f} ms/token, "
+                  f"speed-up {ratio:.2f}x (rounds: "
+                  f"{', '.join(f'{x:.2f}' for x in rounds[clock])}){target}")
     if args.no_check or 256 not in ratios:
         return 0
     if ratios[256] < FLOOR_256:
-        print(f"FAIL: speed-up at 256 tokens {ratios[256]:.2f}x is below the floor {FLOOR_256}x")
+        print(f"FAIL: {args.clock} speed-up at 256 tokens {ratios[256]:.2f}x is below the floor "
+              f"{FLOOR_256}x")
         return 1
-    print(f"OK: speed-up at 256 tokens {ratios[256]:.2f}x >= floor {FLOOR_256}x")
+    print(f"OK: {args.clock} speed-up at 256 tokens {ratios[256]:.2f}x >= floor {FLOOR_256}x")
     return 0
 
 

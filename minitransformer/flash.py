@@ -24,14 +24,14 @@ Shape letters: B batch (any leading dimensions), T queries, S keys/values, d_k, 
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
-import sys
+import weakref
 from typing import Any, Callable
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 __all__ = ["online_softmax_step", "tiled_attention", "peak_memory_bytes"]
 
@@ -56,10 +56,12 @@ def online_softmax_step(
     # A row that has seen only masked keys keeps m_new = -inf; use 0 there so that
     # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
     m_safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
-    p = torch.exp(scores - m_safe)  # (..., T, S_blk) unnormalised block weights
+    # exp_ works in place on the fresh difference: one (T, S_blk) tile less, inputs untouched.
+    p = (scores - m_safe).exp_()  # (..., T, S_blk) unnormalised block weights
     correction = torch.exp(m - m_safe)  # (..., T, 1) rescales what was summed under the old max
     l_new = correction * l + p.sum(dim=-1, keepdim=True)
-    acc_new = correction * acc + torch.matmul(p, values)  # (..., T, d_v)
+    # correction * acc + p @ values, accumulated into the fresh product (one (T, d_v) less)
+    acc_new = torch.matmul(p, values).addcmul_(correction, acc)  # (..., T, d_v)
     return m_new, l_new, acc_new
 
 
@@ -141,45 +143,74 @@ def tiled_attention(
     return acc / l.clamp_min(torch.finfo(l.dtype).tiny)
 
 
-def peak_memory_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
-    """Peak bytes of CPU tensor memory allocated while ``fn(*args, **kwargs)`` runs.
+class _MemoryTracker(TorchDispatchMode):
+    """Count the bytes of tensor storages created while active, and their running peak.
 
-    Method: :mod:`torch.profiler` with ``profile_memory=True`` records the bytes every CPU
-    tensor allocation and free adds or removes, attributed to the operator that made it. We
-    replay those events in time order, keep a running total and report its maximum: the
-    *extra* memory the call needed on top of what existed before it (its inputs). The returned
-    output is part of it. Allocations and frees inside a single operator are netted out, so a
-    temporary that lives only inside one kernel is not seen; the large intermediates between
-    operators (score matrices, softmax weights) are.
+    Every ATen operator passes through :meth:`__torch_dispatch__`; each storage an operator
+    returns that did not exist before is counted when it appears and released when the last
+    Python tensor object using it is garbage collected (reference counting makes that moment
+    deterministic). Storages that already existed (inputs, parameters) are ignored.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[int]] = {}  # storage address -> [bytes, tensor objects alive]
+        self.external: set[int] = set()  # storages that existed before: not counted
+        self.current = 0
+        self.peak = 0
+
+    def _release(self, address: int) -> None:
+        entry = self.live.get(address)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.current -= entry[0]
+            del self.live[address]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for x in tree_leaves((args, kwargs or {})):
+            if isinstance(x, torch.Tensor):
+                address = x.untyped_storage().data_ptr()
+                if address not in self.live:
+                    self.external.add(address)
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            address = storage.data_ptr()
+            if address == 0 or (address in self.external and address not in self.live):
+                continue
+            if address in self.live:
+                self.live[address][1] += 1
+            else:
+                self.live[address] = [storage.nbytes(), 1]
+                self.external.discard(address)
+                self.current += storage.nbytes()
+                self.peak = max(self.peak, self.current)
+            weakref.finalize(t, self._release, address)
+        return out
+
+
+def peak_memory_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """Peak bytes of tensor memory allocated while ``fn(*args, **kwargs)`` runs.
+
+    Method: a :class:`torch.utils._python_dispatch.TorchDispatchMode` sees every tensor
+    operator the call executes. Each new storage an operator returns is added to a running
+    total when it appears and subtracted when the last tensor using it is freed; the maximum of
+    that total is the *extra* memory the call needed on top of what existed before (its
+    inputs), its output included. The count is exact and the same on every run (it follows
+    Python's reference counting, not the clock). What it cannot see is scratch memory a single
+    operator allocates and frees inside its own kernel; the large intermediates between
+    operators (score matrices, softmax weights) are all counted.
 
     Used by ``benchmarks/bench_flash.py`` and the chapter ``book/inference``.
 
     Returns:
         ``(peak_bytes, result)``.
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    # The profiler's C++ backend logs two lines to file descriptor 2 (stderr) when it starts
-    # and stops; send them to /dev/null so that notebooks and benchmarks show only our results.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    libc = ctypes.CDLL(None)
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        libc.fflush(None)
-        os.dup2(devnull, 2)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            result = fn(*args, **kwargs)
-        libc.fflush(None)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    current = peak = 0
-    for event in events:
-        current += event.self_cpu_memory_usage
-        peak = max(peak, current)
-    return peak, result
+    tracker = _MemoryTracker()
+    with tracker:
+        result = fn(*args, **kwargs)
+    return tracker.peak, result
