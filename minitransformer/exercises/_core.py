@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -10,6 +11,15 @@ import torch
 
 class ExerciseError(AssertionError):
     """A learner's answer is wrong; the message says what is likely wrong and how to fix it."""
+
+    def _render_traceback_(self) -> list[str]:
+        """How IPython shows it: the hint alone, without the checker's internals. When the
+        learner's own function crashed, its traceback comes first, since it points at the bug."""
+        lines: list[str] = []
+        if self.__cause__ is not None:
+            lines += "".join(traceback.format_exception(self.__cause__)).rstrip().splitlines()
+            lines += ["", "The checker says:"]
+        return lines + [f"ExerciseError: {self}"]
 
 
 class NotAttempted(Exception):
@@ -28,7 +38,7 @@ def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     except Exception as exc:  # the learner's code crashed: say how
         raise ExerciseError(
             f"your function raised {type(exc).__name__}: {exc}. "
-            "Check the shapes of the tensors you combine."
+            "The traceback above shows the line; a shape mismatch is the usual cause."
         ) from exc
 
 
