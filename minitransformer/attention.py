@@ -357,10 +357,12 @@ class MultiHeadAttention(nn.Module):
         shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
             raise ValueError(f"query, key and value must be 3-D (B, length, d_model), got {shapes}")
-        if query.shape[-1] != self.d_model or key.shape[-1] != self.d_model or value.shape[-1] != self.d_model:
+        if any(x.shape[-1] != self.d_model for x in (query, key, value)):
             raise ValueError(f"expected last dimension d_model={self.d_model}, got {shapes}")
         if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
-            raise ValueError(f"key and value must be (B, S, d_model) with the query's B, got {shapes}")
+            raise ValueError(
+                f"key and value must be (B, S, d_model) with the query's B, got {shapes}"
+            )
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
@@ -399,7 +401,9 @@ class MultiHeadAttention(nn.Module):
         return new.train(module.training)
 
 
-def _head_sizes(d_model: int, num_heads: int, num_kv_heads: int | None, head_dim: int | None) -> tuple[int, int]:
+def _head_sizes(
+    d_model: int, num_heads: int, num_kv_heads: int | None, head_dim: int | None
+) -> tuple[int, int]:
     """Validate the cost functions' arguments; return ``(d_k, h_kv)``."""
     if d_model <= 0 or num_heads <= 0:
         raise ValueError(f"d_model={d_model} and num_heads={num_heads} must be positive")
@@ -423,7 +427,9 @@ def attention_parameter_count(
     num_kv_heads: int | None = None,
     head_dim: int | None = None,
 ) -> int:
-    """Parameters of :class:`MultiHeadAttention` (section "Why d_k = d_model / h?").
+    """Parameters of :class:`MultiHeadAttention`.
+
+    Section "Design question 2: why d_k = d_model / h?" of the chapter "Multi-head attention".
 
     ``W^Q`` is ``d_model x h*d_k``, ``W^K`` and ``W^V`` are ``d_model x h_kv*d_k``, ``W^O`` is
     ``h*d_v x d_model``. With ``d_k = d_model / h`` this is ``4 d_model^2 + 4 d_model`` for
@@ -457,7 +463,9 @@ def attention_flops(
     num_kv_heads: int | None = None,
     head_dim: int | None = None,
 ) -> AttentionFlops:
-    """Multiply-adds of :class:`MultiHeadAttention` for one sequence (section "Why d_k = d_model / h?").
+    """Multiply-adds of :class:`MultiHeadAttention` for one sequence.
+
+    Section "Design question 2: why d_k = d_model / h?" of the chapter "Multi-head attention".
 
     Counts the projections (``T d_model h d_k`` for queries, ``S d_model h_kv d_k`` each for
     keys and values, ``T h d_v d_model`` for ``W^O``) and the two attention matmuls
