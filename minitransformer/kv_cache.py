@@ -16,7 +16,7 @@ attention (MQA) make fewer than the query heads.
 
 Usage with the package's :class:`~minitransformer.model.Transformer`::
 
-    cache = KVCache.for_model(model, batch_size=B, max_len=L)
+    cache = KVCache.for_model(model, max_len=L)  # batch size: taken from the first step
     logits = model.decode(next_tokens, memory, src_mask, cache=cache)  # (B, 1, V), one step
 
 :func:`minitransformer.decoding.greedy_decode` and :func:`~minitransformer.decoding.beam_search`

@@ -125,7 +125,7 @@ def test_bad_block_size_raises(block_size):
 
 def test_peak_memory_counts_the_score_matrix():
     # Naive attention keeps a (T, S) score matrix and its softmax; the tiled version only a
-    # (T, block) tile: the profiler-based measurement must see the difference.
+    # (T, block) tile: the allocation tracker must see the difference.
     T, d = 512, 16
     q = torch.randn(1, T, d)
     naive_peak, _ = peak_memory_bytes(
