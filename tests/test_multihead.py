@@ -420,3 +420,21 @@ def test_cost_functions_reject_bad_arguments():
         attention_flops(-1, 5, 8, 2)
     assert math.isclose(attention_flops(8, 8, 8, 2).total, attention_flops(8, 8, 8, 2).projections
                         + attention_flops(8, 8, 8, 2).attention)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    B=st.integers(1, 3), T=st.integers(1, 6), S=st.integers(1, 6),
+    h=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000), with_padding=st.booleans(),
+)
+def test_random_shapes_and_padding_match_torch(B, T, S, h, seed, with_padding):
+    """Any batch/length combination, with key padding (at least one real key per sequence)."""
+    reference, ours = make_pair(16, h, seed=seed)
+    query, memory = inputs(B, T, S, 16, seed=seed)
+    if with_padding:
+        lengths = torch.randint(1, S + 1, (B,), generator=torch.Generator().manual_seed(seed))
+        mask = padding_mask(lengths, S)
+        compare_with_torch(ours, reference, query, memory, memory, mask,
+                           {"key_padding_mask": ~mask[:, 0, 0]})
+    else:
+        compare_with_torch(ours, reference, query, memory, memory)
