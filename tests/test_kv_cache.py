@@ -1,4 +1,5 @@
-"""The KV-cache calculator, the model registry and the command line."""
+"""The KV-cache calculator, the model registry and the command line; the real cache
+(KVCache) with the package's Transformer, greedy decoding and beam search; GQA/MQA."""
 
 from __future__ import annotations
 
@@ -6,9 +7,21 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
-from minitransformer.kv_cache import MODEL_CONFIGS, format_bytes, kv_cache_bytes, main
+from minitransformer.attention import MultiHeadAttention, causal_mask
+from minitransformer.data import BOS_ID, EOS_ID, PAD_ID
+from minitransformer.decoding import beam_search, greedy_decode
+from minitransformer.kv_cache import (
+    MODEL_CONFIGS,
+    AttentionCache,
+    KVCache,
+    format_bytes,
+    kv_cache_bytes,
+    main,
+)
+from minitransformer.model import Transformer
 
 
 # Bytes per token at 2 bytes per element, from ../shared/PAPER_FACTS.md (computed from each
@@ -141,13 +154,6 @@ def test_cli_help_runs_as_module():
 # --------------------------------------------------------------------------------------------
 # The real cache: KVCache with the package's Transformer, greedy decoding and beam search.
 # --------------------------------------------------------------------------------------------
-import torch  # noqa: E402
-
-from minitransformer.attention import MultiHeadAttention, causal_mask  # noqa: E402
-from minitransformer.data import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
-from minitransformer.decoding import beam_search, greedy_decode  # noqa: E402
-from minitransformer.kv_cache import AttentionCache, KVCache  # noqa: E402
-from minitransformer.model import Transformer  # noqa: E402
 
 VOCAB = 13
 
