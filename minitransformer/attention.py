@@ -311,8 +311,9 @@ class MultiHeadAttention(nn.Module):
         Args:
             mask: boolean, broadcastable to ``(B, h, T, S)``, True = may attend.
             need_weights: ``True`` (default) computes the attention explicitly with
-                :func:`scaled_dot_product_attention` and returns the per-head weights.
-                ``False`` calls PyTorch's fused kernel
+                :func:`scaled_dot_product_attention` and returns the per-head weights (in
+                training with dropout, the dropped-out weights that were used, as PyTorch
+                does). ``False`` calls PyTorch's fused kernel
                 :func:`torch.nn.functional.scaled_dot_product_attention`, which never
                 materialises the ``(B, h, T, S)`` weights, and returns ``None`` for them.
             cache: a :class:`~minitransformer.kv_cache.AttentionCache` for incremental
