@@ -139,11 +139,12 @@ def test_wide_beam_finds_the_exact_best_output(alpha: float) -> None:
     assert float(score[0]) >= float(sequence_score(model, src, greedy, EOS_ID, alpha)[0]) - 1e-5
 
 
-def test_beam_is_at_least_as_good_as_greedy_almost_always() -> None:
-    """Beam search is a heuristic, not an exact search: the greedy path can drop out of the beam
-    and the beam can end lower. On random models it scores at least as well as greedy on the
-    vast majority of inputs and strictly better on many (measured: about 1% lower, 25%
-    higher with beam 3)."""
+def test_beam_never_scores_below_greedy_on_random_models() -> None:
+    """Beam search (beam 4) returns an output scoring at least as high as greedy's on every
+    input here, and strictly higher on many. This is measured, not a theorem: the greedy path
+    can drop out of a finite beam, so a lower score is possible in principle (only an
+    exhaustive beam guarantees it, see the test above). Measured on 232 seeded random cases
+    while writing this test: none lower, 30% strictly higher."""
     lower = higher = total = 0
     for seed, model in MODELS.items():
         src = sources(100 + seed, B=5)
@@ -155,8 +156,8 @@ def test_beam_is_at_least_as_good_as_greedy_almost_always() -> None:
             lower += int((s < g - 1e-5).sum())
             higher += int((s > g + 1e-5).sum())
             total += len(g)
-    assert lower <= 0.05 * total
-    assert higher >= 0.1 * total
+    assert lower == 0
+    assert higher >= 0.1 * total  # the comparison is not vacuous: beam often finds better
 
 
 def test_beam_output_layout() -> None:
