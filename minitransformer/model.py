@@ -32,7 +32,6 @@ plotting: ``EncoderLayer.self_attn_weights`` ``(B, h, S, S)``,
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import TYPE_CHECKING
 
