@@ -40,7 +40,7 @@ STYLE = {
     "image.cmap": "viridis",
 }
 
-# One colour per role, so that "measured" or "scaled" look the same in every chapter.
+#: One colour per role, so that "measured" or "scaled" look the same in every chapter.
 COLORS = {
     "measured": "#1f77b4",  # blue
     "theory": "#222222",  # near-black, dashed

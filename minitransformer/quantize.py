@@ -35,7 +35,7 @@ class Int8Tensor:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: one per value plus the scales."""
+        """The bytes held, one per value plus the scales."""
         return self.values.numel() * self.values.element_size() + self.scale.numel() * self.scale.element_size()
 
     @property

@@ -192,7 +192,7 @@ def check_multi_head_attention(fn: Callable[..., Tensor]) -> None:
     """Check ``fn(mha, query, key, value, mask=None) -> (B, T, d_model)`` against ``mha``.
 
     ``fn`` must use ``mha.w_q``, ``mha.w_k``, ``mha.w_v``, ``mha.w_o`` and
-    :func:`scaled_dot_product_attention`; the check uses cross-attention with ``T != S`` and a
+    :func:`~minitransformer.attention.scaled_dot_product_attention`; the check uses cross-attention with ``T != S`` and a
     mask, so that swapped arguments and an ignored mask show.
     """
     torch.manual_seed(0)

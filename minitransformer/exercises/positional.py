@@ -47,7 +47,7 @@ def _table_per_dimension(P: int, d: int, exponent_of_dim: Callable[[torch.Tensor
 
 @checker("sinusoidal positional encoding")
 def check_sinusoidal_encoding(fn: Callable[[int, int], torch.Tensor]) -> None:
-    """Check ``fn(num_positions, d_model)`` against :func:`sinusoidal_encoding`.
+    """Check ``fn(num_positions, d_model)`` against :func:`~minitransformer.positional.sinusoidal_encoding`.
 
     Hints name the usual mistakes: sin and cos swapped, the exponent using ``i`` or the
     column index instead of ``2i``, a positive exponent (multiplying instead of dividing),
