@@ -40,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from minitransformer.data import PAD_ID, src_padding_mask
-from minitransformer.kv_cache import KVCache
+from minitransformer.kv_cache import AttentionCache, KVCache
 
 __all__ = ["greedy_decode", "beam_search", "sequence_score", "length_penalty_factor"]
 
@@ -81,6 +81,7 @@ def greedy_decode(
     src_mask: Tensor | None = None,
     pad_id: int = PAD_ID,
     use_cache: bool = True,
+    cache_cls: type[AttentionCache] | None = None,
 ) -> Tensor:
     """Pick the most likely next token at every step (module docstring: output layout).
 
@@ -98,6 +99,9 @@ def greedy_decode(
             :class:`~minitransformer.kv_cache.KVCache` and feed only the newest token (the
             model's ``decode`` must accept ``cache=``); False recomputes the whole prefix
             every step. Same tokens either way.
+        cache_cls: with ``use_cache``, how each attention stores its keys and values: the
+            default :class:`~minitransformer.kv_cache.AttentionCache`, or e.g.
+            :class:`~minitransformer.quantize.Int8AttentionCache` (int8, chapter "Where next").
 
     Returns:
         ``(B, L)`` ids, ``L <= max_len``; decoding stops as soon as every row has ended.
@@ -107,7 +111,7 @@ def greedy_decode(
     B = src.shape[0]
     ys = torch.full((B, max_len), pad_id, dtype=torch.long, device=src.device)  # preallocated
     ys[:, 0] = bos_id
-    cache = KVCache.for_model(model, max_len) if use_cache else None
+    cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
     finished = torch.zeros(B, dtype=torch.bool, device=src.device)
     length = 1  # ids written so far
     for t in range(1, max_len):

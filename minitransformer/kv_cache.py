@@ -78,13 +78,25 @@ class AttentionCache:
 
     @property
     def reuse(self) -> bool:
-        """True for a filled static (cross-attention) cache: its K/V need no recomputation."""
+        """Whether this is a filled static (cross-attention) cache, whose K/V are reused."""
         return self.static and self.length > 0
+
+    # Storage hooks. The bookkeeping above and below (capacity, growth, reorder, bytes) works
+    # on the buffers named in _BUFFERS, so a subclass can store K/V differently by overriding
+    # _allocate, _write and _read: minitransformer.quantize.Int8AttentionCache keeps int8.
+    _BUFFERS: tuple[str, ...] = ("keys", "values")
 
     def _allocate(self, like_k: Tensor, like_v: Tensor, capacity: int) -> None:
         B, h_kv, _, d_k = like_k.shape
         self.keys = like_k.new_empty(B, h_kv, capacity, d_k)  # preallocated, filled by update
         self.values = like_v.new_empty(B, h_kv, capacity, like_v.shape[-1])
+
+    def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
+        self.keys[:, :, start:end] = key  # write in place: no copy of the old positions
+        self.values[:, :, start:end] = value
+
+    def _read(self, end: int) -> tuple[Tensor, Tensor]:
+        return self.keys[:, :, :end], self.values[:, :, :end]
 
     def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Store ``key``/``value`` ``(B, h_kv, n, d)`` after the cached positions.
@@ -116,21 +128,20 @@ class AttentionCache:
                     f"cache (B={B}, h_kv={h_kv}, d_k={d_k}, d_v={self.values.shape[3]})"
                 )
             if self.length + n > self.keys.shape[2]:  # outgrown: double (amortised O(1))
-                old_k, old_v = self.keys, self.values
-                self._allocate(old_k, old_v, max(2 * old_k.shape[2], self.length + n))
-                self.keys[:, :, : self.length] = old_k[:, :, : self.length]
-                self.values[:, :, : self.length] = old_v[:, :, : self.length]
+                old = {name: getattr(self, name) for name in self._BUFFERS}
+                self._allocate(key, value, max(2 * self.keys.shape[2], self.length + n))
+                for name, buffer in old.items():
+                    getattr(self, name)[:, :, : self.length] = buffer[:, :, : self.length]
         end = self.length + n
-        self.keys[:, :, self.length : end] = key  # write in place: no copy of the old positions
-        self.values[:, :, self.length : end] = value
+        self._write(self.length, end, key, value)
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return self._read(end)
 
     def get(self) -> tuple[Tensor, Tensor]:
         """The cached keys and values, ``(B, h_kv, length, d)`` views."""
         if self.keys is None:
             raise ValueError("the cache is empty: nothing has been stored yet")
-        return self.keys[:, :, : self.length], self.values[:, :, : self.length]
+        return self._read(self.length)
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows ``index`` (beam search: the beam each survivor came from).
@@ -138,23 +149,22 @@ class AttentionCache:
         ``index`` is a ``(B',)`` long tensor; the batch size becomes ``B'``.
         """
         if self.keys is not None:
-            self.keys = self.keys.index_select(0, index)
-            self.values = self.values.index_select(0, index)
+            for name in self._BUFFERS:
+                setattr(self, name, getattr(self, name).index_select(0, index))
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the allocated key and value buffers."""
+        """The bytes of the allocated buffers (keys and values, and whatever a subclass adds)."""
         if self.keys is None:
             return 0
-        return self.keys.nbytes + self.values.nbytes
+        return sum(getattr(self, name).nbytes for name in self._BUFFERS)
 
     @property
     def used_nbytes(self) -> int:
-        """Bytes of the filled positions only."""
+        """The bytes of the filled positions only."""
         if self.keys is None:
             return 0
-        k, v = self.get()
-        return k.numel() * k.element_size() + v.numel() * v.element_size()
+        return sum(getattr(self, name)[:, :, : self.length].nbytes for name in self._BUFFERS)
 
 
 @dataclass
@@ -176,19 +186,29 @@ class KVCache:
         num_layers: decoder layers.
         capacity: positions to preallocate for self-attention (the longest output you expect;
             longer runs still work, the buffers double).
+        cache_cls: the per-attention cache, :class:`AttentionCache` (keys and values in the
+            model's dtype) or a subclass that stores them differently, such as
+            :class:`minitransformer.quantize.Int8AttentionCache`.
     """
 
-    def __init__(self, num_layers: int, capacity: int | None = None) -> None:
+    def __init__(
+        self, num_layers: int, capacity: int | None = None,
+        cache_cls: type[AttentionCache] | None = None,
+    ) -> None:
         _positive_int("num_layers", num_layers)
+        cache_cls = AttentionCache if cache_cls is None else cache_cls
         self.layers = [
-            LayerCache(AttentionCache(capacity), AttentionCache(static=True))
+            LayerCache(cache_cls(capacity), cache_cls(static=True))
             for _ in range(num_layers)
         ]
 
     @classmethod
-    def for_model(cls, model: nn.Module, max_len: int | None = None) -> "KVCache":
+    def for_model(
+        cls, model: nn.Module, max_len: int | None = None,
+        cache_cls: type[AttentionCache] | None = None,
+    ) -> "KVCache":
         """An empty cache for ``model`` (anything with ``model.decoder.layers``)."""
-        return cls(len(model.decoder.layers), max_len)
+        return cls(len(model.decoder.layers), max_len, cache_cls)
 
     @property
     def length(self) -> int:
@@ -213,7 +233,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """All allocated bytes: self-attention plus cross-attention."""
+        """The allocated bytes of all layers: self-attention plus cross-attention."""
         return self.self_attn_nbytes + self.cross_attn_nbytes
 
     def __repr__(self) -> str:

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Int8Tensor", "quantize_int8"]
+from minitransformer.kv_cache import AttentionCache
+
+__all__ = ["Int8Tensor", "quantize_int8", "Int8AttentionCache"]
 
 QMAX = 127  # symmetric: -127..127, so that -x quantises to -q
+SCALE_DTYPE = torch.float16  # 2 bytes per scale
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Int8Tensor:
         return self.values.shape
 
 
-def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = torch.float16) -> Int8Tensor:
+def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTYPE) -> Int8Tensor:
     """Quantise ``x`` to int8 with one scale per slice along ``dim`` (absmax, symmetric).
 
     Args:
@@ -76,3 +79,39 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = torch.flo
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     values = torch.round(x.float() / scale.float()).clamp_(-QMAX, QMAX).to(torch.int8)
     return Int8Tensor(values=values, scale=scale)
+
+
+class Int8AttentionCache(AttentionCache):
+    """An :class:`~minitransformer.kv_cache.AttentionCache` that stores keys and values as int8.
+
+    Each new position's key and value are quantised on arrival with one float16 scale per
+    (sequence, KV head, position), :func:`quantize_int8` over the head dimension, and
+    dequantised when attention reads them. Memory per cached element is 1 byte plus
+    ``2 / d_k`` for the scale, against 4 bytes in float32 or 2 in float16.
+
+    This simulates the *storage* of an int8 cache: the arithmetic stays in floating point.
+    Use it through ``greedy_decode(..., cache_cls=Int8AttentionCache)`` or
+    ``KVCache(..., cache_cls=Int8AttentionCache)``.
+    """
+
+    _BUFFERS = ("keys", "values", "key_scales", "value_scales")
+
+    def _allocate(self, like_k: Tensor, like_v: Tensor, capacity: int) -> None:
+        B, h_kv, _, d_k = like_k.shape
+        self.dtype = like_k.dtype  # what attention gets back
+        self.keys = torch.empty(B, h_kv, capacity, d_k, dtype=torch.int8, device=like_k.device)
+        self.values = torch.empty(B, h_kv, capacity, like_v.shape[-1], dtype=torch.int8,
+                                  device=like_v.device)
+        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_k.device)
+        self.value_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_v.device)
+
+    def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
+        for q, values, scales in ((quantize_int8(key), self.keys, self.key_scales),
+                                  (quantize_int8(value), self.values, self.value_scales)):
+            values[:, :, start:end] = q.values  # (B, h_kv, n, d)
+            scales[:, :, start:end] = q.scale  # (B, h_kv, n, 1)
+
+    def _read(self, end: int) -> tuple[Tensor, Tensor]:
+        k = Int8Tensor(self.keys[:, :, :end], self.key_scales[:, :, :end]).dequantize(self.dtype)
+        v = Int8Tensor(self.values[:, :, :end], self.value_scales[:, :, :end]).dequantize(self.dtype)
+        return k, v
