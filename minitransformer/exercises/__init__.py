@@ -45,6 +45,7 @@ from minitransformer.exercises.inference import (
     check_kv_cache_bytes,
     check_online_softmax_step,
 )
+from minitransformer.exercises.quantize import check_quantize_rows
 from minitransformer.exercises.training import (
     check_noam_learning_rate,
     check_smoothed_targets,
@@ -76,4 +77,5 @@ __all__ = [
     "check_kv_cache_bytes",
     "check_online_softmax_step",
     "check_cache_append",
+    "check_quantize_rows",
 ]
