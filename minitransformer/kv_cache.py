@@ -390,7 +390,8 @@ def format_bytes(n: float) -> str:
         unit += 1
     if unit == 0:
         return f"{int(value):,} bytes"
-    return f"{value:.3g} {units[unit]}" if value >= 100 else f"{value:.2f} {units[unit]}"
+    # 100 and up: whole units ("1010 MiB"; .3g would print "1.01e+03"), else two decimals
+    return f"{value:.0f} {units[unit]}" if value >= 100 else f"{value:.2f} {units[unit]}"
 
 
 def _lookup(name: str) -> ModelConfig:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minitransformer.kv_cache import AttentionCache
+from minitransformer.kv_cache import AttentionCache, kv_cache_bytes
 
-__all__ = ["Int8Tensor", "quantize_int8", "Int8AttentionCache"]
+__all__ = ["Int8Tensor", "quantize_int8", "Int8AttentionCache", "int8_kv_cache_bytes"]
 
 QMAX = 127  # symmetric: -127..127, so that -x quantises to -q
 SCALE_DTYPE = torch.float16  # 2 bytes per scale
@@ -115,3 +115,14 @@ class Int8AttentionCache(AttentionCache):
         k = Int8Tensor(self.keys[:, :, :end], self.key_scales[:, :, :end]).dequantize(self.dtype)
         v = Int8Tensor(self.values[:, :, :end], self.value_scales[:, :, :end]).dequantize(self.dtype)
         return k, v
+
+
+def int8_kv_cache_bytes(
+    num_layers: int, num_kv_heads: int, head_dim: int, seq_len: int, batch_size: int = 1
+) -> int:
+    """Bytes of an :class:`Int8AttentionCache` KV cache: one byte per element, as
+    :func:`~minitransformer.kv_cache.kv_cache_bytes` with ``bytes_per_element=1``, plus one
+    float16 scale per key and per value vector (per layer, KV head, position and sequence)."""
+    values = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element=1)
+    scales = 2 * num_layers * num_kv_heads * seq_len * batch_size * torch.finfo(SCALE_DTYPE).bits // 8
+    return values + scales

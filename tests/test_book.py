@@ -67,3 +67,14 @@ def test_solution_cells_are_collapsed_in_jupyter():
                 assert c.get("metadata", {}).get("jupyter", {}).get("source_hidden"), (
                     f"book/{f}.ipynb: solution cell not collapsed: {src[:60]!r}"
                 )
+
+
+def test_where_next_recap_lists_every_package_module():
+    """The closing chapter's map of the package names every module, so none is forgotten."""
+    nb = json.loads((ROOT / "book" / "where_next.ipynb").read_text())
+    text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    package = ROOT / "minitransformer"
+    modules = [p.stem for p in package.glob("*.py") if not p.stem.startswith("_")]
+    modules += [p.name for p in package.iterdir() if (p / "__init__.py").exists()]
+    missing = [m for m in modules if f"`minitransformer.{m}`" not in text]
+    assert not missing, f"book/where_next.ipynb's recap does not mention: {missing}"

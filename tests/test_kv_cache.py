@@ -107,6 +107,7 @@ def test_format_bytes():
     assert format_bytes(512) == "512 bytes"
     assert format_bytes(524_288) == "512 KiB"
     assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(1010 * 2**20) == "1010 MiB"  # not "1.01e+03 MiB"
     assert format_bytes(16 * 2**30) == "16.00 GiB"
 
 

@@ -60,7 +60,7 @@ def test_bad_input():
 from minitransformer.decoding import greedy_decode  # noqa: E402
 from minitransformer.kv_cache import AttentionCache, KVCache, kv_cache_bytes  # noqa: E402
 from minitransformer.model import Transformer  # noqa: E402
-from minitransformer.quantize import Int8AttentionCache  # noqa: E402
+from minitransformer.quantize import Int8AttentionCache, int8_kv_cache_bytes  # noqa: E402
 
 
 def _model(seed=0, layers=2, heads=4, d_model=64):
@@ -93,6 +93,7 @@ def test_int8_cache_memory_is_exactly_one_byte_per_element_plus_the_scales():
     values = kv_cache_bytes(layers, heads, head_dim, steps, batch_size=B, bytes_per_element=1)
     scales = 2 * layers * B * heads * steps * 2  # K and V, one float16 scale per position and head
     assert cache.self_attn_nbytes == values + scales
+    assert int8_kv_cache_bytes(layers, heads, head_dim, steps, batch_size=B) == values + scales
     fp32 = KVCache.for_model(model, steps)
     with torch.no_grad():
         for t in range(steps):
