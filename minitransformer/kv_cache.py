@@ -233,7 +233,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """The allocated bytes of all layers: self-attention plus cross-attention."""
+        """The allocated bytes of all layers, self-attention plus cross-attention."""
         return self.self_attn_nbytes + self.cross_attn_nbytes
 
     def __repr__(self) -> str:
