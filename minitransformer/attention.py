@@ -44,7 +44,32 @@ __all__ = [
 ]
 
 
-def _check_mask(mask: Tensor, scores_shape: torch.Size, query: Tensor, key: Tensor) -> None:
+def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The broadcast of ``shapes`` (NumPy rules), or None if they do not broadcast.
+
+    The same answer as :func:`torch.broadcast_shapes`, in plain Python: torch's version goes
+    through its symbolic-shape machinery and cost more than the attention itself for one
+    decoding step of a small model (it ran several times per step, in every layer).
+    """
+    out: list[int] = []
+    for sizes in zip(*(reversed(shape) for shape in _padded(shapes))):
+        size = 1
+        for s in sizes:
+            if s != 1:
+                if size != 1 and s != size:
+                    return None
+                size = s
+        out.append(size)
+    return tuple(reversed(out))
+
+
+def _padded(shapes: tuple[tuple[int, ...], ...]) -> list[tuple[int, ...]]:
+    """``shapes`` left-padded with 1s to a common number of dimensions."""
+    ndim = max((len(shape) for shape in shapes), default=0)
+    return [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+
+
+def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], query: Tensor, key: Tensor) -> None:
     """Raise unless ``mask`` is a boolean tensor that broadcasts to ``scores_shape`` exactly.
 
     "Exactly" means the mask may not add leading dimensions of its own: a ``(B, 1, 1, S)``
@@ -57,11 +82,7 @@ def _check_mask(mask: Tensor, scores_shape: torch.Size, query: Tensor, key: Tens
             f"mask must be a boolean tensor (True = may attend), got dtype {mask.dtype}; "
             "an additive float mask or a 0/1 integer mask is not accepted"
         )
-    try:
-        shape = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        shape = None
-    if shape != scores_shape:
+    if _broadcast_shape(mask.shape, scores_shape) != tuple(scores_shape):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape "
             f"(..., T, S) = {tuple(scores_shape)} of query {tuple(query.shape)} and "
@@ -124,13 +145,12 @@ def scaled_dot_product_attention(
             f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "
             f"{tuple(value.shape)} must have the same length S"
         )
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = _broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
         raise ValueError(
             "the leading (batch) dimensions of query, key and value do not broadcast: "
             f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        ) from None
+        )
     if mask is not None:
         _check_mask(mask, batch + (query.shape[-2], key.shape[-2]), query, key)
 

@@ -71,7 +71,6 @@ def _check_decode_args(src: Tensor, max_len: int, src_mask: Tensor | None, pad_i
     return src_mask
 
 
-@torch.no_grad()
 def greedy_decode(
     model: nn.Module,
     src: Tensor,
@@ -107,26 +106,32 @@ def greedy_decode(
         ``(B, L)`` ids, ``L <= max_len``; decoding stops as soon as every row has ended.
     """
     src_mask = _check_decode_args(src, max_len, src_mask, pad_id)
-    memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
-    B = src.shape[0]
-    ys = torch.full((B, max_len), pad_id, dtype=torch.long, device=src.device)  # preallocated
-    ys[:, 0] = bos_id
-    cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
-    finished = torch.zeros(B, dtype=torch.bool, device=src.device)
-    length = 1  # ids written so far
-    for t in range(1, max_len):
-        if cache is None:
-            logits = model.decode(ys[:, :t], memory, src_mask)[:, -1]  # (B, V): whole prefix
-        else:
-            logits = model.decode(ys[:, t - 1 : t], memory, src_mask, cache=cache)[:, -1]  # newest
-        next_token = logits.argmax(dim=-1)  # (B,)
-        if eos_id is not None:
-            next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
-            finished = finished | (next_token == eos_id)
-        ys[:, t] = next_token
-        length = t + 1
-        if eos_id is not None and bool(finished.all()):
-            break
+    # inference_mode rather than no_grad: besides switching autograd off, it skips the
+    # version-counter and view bookkeeping of every tensor, which is a noticeable part of a
+    # cached step's cost (a step is many small operations on a single token).
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+        B = src.shape[0]
+        ys = torch.full((B, max_len), pad_id, dtype=torch.long, device=src.device)  # preallocated
+        ys[:, 0] = bos_id
+        cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        length = 1  # ids written so far
+        for t in range(1, max_len):
+            if cache is None:
+                logits = model.decode(ys[:, :t], memory, src_mask)[:, -1]  # (B, V): whole prefix
+            else:  # only the newest token; the cache holds the keys/values of the others
+                logits = model.decode(ys[:, t - 1 : t], memory, src_mask, cache=cache)[:, -1]
+            next_token = logits.argmax(dim=-1)  # (B,)
+            if eos_id is not None:
+                next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
+                finished = finished | (next_token == eos_id)
+            ys[:, t] = next_token
+            length = t + 1
+            if eos_id is not None and bool(finished.all()):
+                break
+    # Cloned outside inference mode, the result is an ordinary tensor: the caller may modify
+    # it in place or feed it to a model being trained.
     return ys[:, :length].clone()  # (B, length)
 
 

@@ -28,6 +28,9 @@ After every forward pass each layer keeps the attention weights it computed, det
 plotting: ``EncoderLayer.self_attn_weights`` ``(B, h, S, S)``,
 ``DecoderLayer.self_attn_weights`` ``(B, h, T, T)`` and ``DecoderLayer.cross_attn_weights``
 ``(B, h, T, S)``. :meth:`Transformer.attention_weights` collects them for all layers.
+Incremental decoding with a KV cache is the exception: a cached step sees one query row, so
+the decoder layers use the fused attention kernel and keep ``None`` (see
+:meth:`DecoderLayer.forward`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minitransformer.attention import MultiHeadAttention, causal_mask
@@ -55,6 +59,15 @@ __all__ = [
 ]
 
 
+def _dropout(module: nn.Dropout, x: Tensor) -> Tensor:
+    """``module(x)``, skipping the call when it is the identity (eval mode, or ``p = 0``).
+
+    Each module call costs a few microseconds of Python; a cached decoding step makes
+    dozens of them for one token, so the no-ops are worth skipping.
+    """
+    return F.dropout(x, module.p, True, module.inplace) if module.training and module.p else x
+
+
 class FeedForward(nn.Module):
     """The position-wise feed-forward network ``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2``.
 
@@ -71,7 +84,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         # (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model)
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+        return self.linear2(_dropout(self.dropout, torch.relu(self.linear1(x))))
 
 
 def _check_torch_layer(layer: nn.Module, kind: str) -> None:
@@ -147,15 +160,15 @@ class EncoderLayer(nn.Module):
     def _self_attention(self, x: Tensor, mask: Tensor | None) -> Tensor:
         out, weights = self.self_attn(x, x, x, mask)  # (B, S, d_model), (B, h, S, S)
         self.self_attn_weights = weights.detach()
-        return self.dropout1(out)
+        return _dropout(self.dropout1, out)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
             x = x + self._self_attention(self.norm1(x), mask)
-            x = x + self.dropout2(self.feed_forward(self.norm2(x)))
+            x = x + _dropout(self.dropout2, self.feed_forward(self.norm2(x)))
         else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
             x = self.norm1(x + self._self_attention(x, mask))
-            x = self.norm2(x + self.dropout2(self.feed_forward(x)))
+            x = self.norm2(x + _dropout(self.dropout2, self.feed_forward(x)))
         return x
 
     @classmethod
@@ -214,16 +227,21 @@ class DecoderLayer(nn.Module):
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
+    # With a cache (incremental decoding) the weights are not computed: a step sees only its
+    # own query row, not the (T, T) map a plot wants, and the fused kernel
+    # (need_weights=False) is one operation instead of the half-dozen of the explicit path.
     def _self_attention(self, x: Tensor, mask: Tensor | None, cache=None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, mask, cache=cache)  # (B, T, d_model), (B, h, T, T)
-        self.self_attn_weights = weights.detach()
-        return self.dropout1(out)
+        out, weights = self.self_attn(x, x, x, mask, need_weights=cache is None, cache=cache)
+        # out (B, T, d_model); weights (B, h, T, T), or None with a cache
+        self.self_attn_weights = None if weights is None else weights.detach()
+        return _dropout(self.dropout1, out)
 
     def _cross_attention(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache=None) -> Tensor:
         # Queries come from the decoder, keys and values from the encoder output.
-        out, weights = self.cross_attn(x, memory, memory, mask, cache=cache)  # (B, T, d_model), (B, h, T, S)
-        self.cross_attn_weights = weights.detach()
-        return self.dropout2(out)
+        out, weights = self.cross_attn(x, memory, memory, mask, need_weights=cache is None,
+                                       cache=cache)  # (B, T, d_model), (B, h, T, S) or None
+        self.cross_attn_weights = None if weights is None else weights.detach()
+        return _dropout(self.dropout2, out)
 
     def forward(
         self,
@@ -236,17 +254,19 @@ class DecoderLayer(nn.Module):
         """``cache`` (incremental decoding, chapter "Inference"): ``x`` holds only the new
         positions; self-attention appends their K/V to ``cache.self_attn`` and attends over all
         cached positions (``tgt_mask`` then broadcasts to ``(B, h, T, cache length)``), and
-        cross-attention reuses the encoder K/V stored in ``cache.cross_attn``."""
+        cross-attention reuses the encoder K/V stored in ``cache.cross_attn``. The attention
+        weights are then not computed: ``self_attn_weights`` and ``cross_attn_weights`` become
+        None (run the model without a cache to plot them)."""
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
         if self.norm_first:  # pre-LN
             x = x + self._self_attention(self.norm1(x), tgt_mask, self_cache)
             x = x + self._cross_attention(self.norm2(x), memory, memory_mask, cross_cache)
-            x = x + self.dropout3(self.feed_forward(self.norm3(x)))
+            x = x + _dropout(self.dropout3, self.feed_forward(self.norm3(x)))
         else:  # post-LN (the paper)
             x = self.norm1(x + self._self_attention(x, tgt_mask, self_cache))
             x = self.norm2(x + self._cross_attention(x, memory, memory_mask, cross_cache))
-            x = self.norm3(x + self.dropout3(self.feed_forward(x)))
+            x = self.norm3(x + _dropout(self.dropout3, self.feed_forward(x)))
         return x
 
     @classmethod
@@ -468,7 +488,7 @@ class Transformer(nn.Module):
                 f"(shape {tuple(tokens.shape)}); build the model with a larger max_len"
             )
         if tokens.numel() and tokens.device.type != "meta":
-            lo, hi = int(tokens.min()), int(tokens.max())
+            lo, hi = (int(x) for x in torch.aminmax(tokens))  # one pass over the ids
             if lo < 0 or hi >= vocab_size:
                 raise ValueError(
                     f"{name} holds ids in [{lo}, {hi}], outside the vocabulary [0, {vocab_size})"
