@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
+
+from hypothesis import settings
 
 ROOT = pathlib.Path(__file__).parent
 
@@ -15,6 +18,13 @@ def toc_notebooks() -> set[pathlib.Path]:
 
 
 _TOC = toc_notebooks()
+
+# Property tests explore new random examples on every local run, but CI (which sets CI=true)
+# replays a fixed sequence, so that a green commit stays green. Tests' own @settings (example
+# counts, deadline=None) are layered on top of the loaded profile.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
