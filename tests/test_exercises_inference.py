@@ -13,19 +13,8 @@ from minitransformer.exercises import (
     check_online_softmax_step,
 )
 
+from checker_helpers import rejects as _rejects, stub, verdict as _verdict
 
-def _verdict(capsys, check, fn) -> str:
-    check(fn)
-    return capsys.readouterr().out
-
-
-def _rejects(check, fn, hint: str) -> None:
-    with pytest.raises(ExerciseError, match=hint):
-        check(fn)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
 
 
 # ------------------------------------------------------------------ KV-cache bytes

@@ -18,19 +18,8 @@ from minitransformer.exercises import (
     check_split_heads,
 )
 
+from checker_helpers import rejects as _rejects, stub, verdict as _verdict
 
-def _verdict(capsys, check, fn) -> str:
-    assert check(fn) is None
-    return capsys.readouterr().out
-
-
-def _rejects(check, fn, hint: str) -> None:
-    with pytest.raises(ExerciseError, match=hint):
-        check(fn)
-
-
-def stub(*args, **kwargs):
-    raise NotImplementedError
 
 
 # ------------------------------------------------------------------ exercise 1: split heads

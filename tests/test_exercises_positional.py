@@ -17,19 +17,8 @@ from minitransformer.exercises import (
 )
 from minitransformer.positional import shift_matrix, sinusoidal_encoding
 
+from checker_helpers import rejects as _rejects, stub, verdict as _verdict
 
-def _verdict(capsys, check, fn) -> str:
-    check(fn)
-    return capsys.readouterr().out
-
-
-def _rejects(check, fn, hint: str) -> None:
-    with pytest.raises(ExerciseError, match=hint):
-        check(fn)
-
-
-def stub(*args):
-    raise NotImplementedError
 
 
 # ---------------------------------------------------------------- the encoding
