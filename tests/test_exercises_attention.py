@@ -11,7 +11,6 @@ import torch
 
 from minitransformer.attention import causal_mask, scaled_dot_product_attention
 from minitransformer.exercises import (
-    ExerciseError,
     check_attention,
     check_causal_mask,
     check_cross_attention_shapes,

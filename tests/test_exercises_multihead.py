@@ -11,7 +11,6 @@ import torch
 
 from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.exercises import (
-    ExerciseError,
     check_merge_heads,
     check_multi_head_attention,
     check_parameter_count,
