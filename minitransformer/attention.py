@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from minitransformer.positional import rotary_embedding
+
 if TYPE_CHECKING:  # only for the annotation of MultiHeadAttention.forward's cache
     from minitransformer.kv_cache import AttentionCache
 
@@ -276,6 +278,11 @@ class MultiHeadAttention(nn.Module):
         head_dim: size ``d_k = d_v`` of each head; defaults to ``d_model // num_heads`` (the
             paper's choice). Any other value changes the cost, as the chapter's design
             question 2 measures.
+        rotary: rotate queries and keys by their positions with
+            :func:`~minitransformer.positional.rotary_embedding` (RoPE, chapter "Positional
+            encoding") before the scores, so that they depend on relative positions only.
+            For self-attention: query row ``t`` and key row ``t`` are both at position
+            ``start + t`` (see :meth:`forward`). Needs an even ``head_dim``.
 
     Shapes: ``query`` ``(B, T, d_model)``, ``key``/``value`` ``(B, S, d_model)``; the output is
     ``(B, T, d_model)`` and the per-head weights ``(B, h, T, S)``.
@@ -289,6 +296,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         num_kv_heads: int | None = None,
         head_dim: int | None = None,
+        rotary: bool = False,
     ) -> None:
         super().__init__()
         if num_heads <= 0:
@@ -307,6 +315,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"num_kv_heads={num_kv_heads} must divide num_heads={num_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout}")
+        if rotary and head_dim % 2 != 0:
+            raise ValueError(f"rotary=True rotates pairs of features: head_dim={head_dim} must be even")
+        self.rotary = rotary
         self.d_model = d_model
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
@@ -325,6 +336,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         need_weights: bool = True,
         cache: AttentionCache | None = None,
+        start: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``query`` ``(B, T, d_model)`` to ``key``/``value`` ``(B, S, d_model)``.
 
@@ -341,17 +353,34 @@ class MultiHeadAttention(nn.Module):
                 ``num_kv_heads`` KV heads) are appended to it and attention runs over all
                 cached positions, so ``S`` is then the cache length; a filled static
                 (cross-attention) cache is reused without projecting ``key``/``value`` again.
+            start: with ``rotary=True``, the position of the first query row and of the first
+                new key row: queries are at ``start .. start + T - 1``, keys at
+                ``start .. start + S - 1``. Default: the number of positions already in the
+                cache, else 0. Keys enter the cache already rotated.
 
         Returns:
             ``(output, weights)``: ``(B, T, d_model)`` and ``(B, h, T, S)`` (or ``None``).
         """
         self._check_inputs(query, key, value)
+        if start is not None and not self.rotary:
+            raise ValueError("start (the position of the first row) only applies with rotary=True")
+        if self.rotary:
+            if cache is not None and cache.static:
+                raise ValueError("rotary=True is for self-attention; got a static (cross-attention) cache")
+            if start is None:
+                start = 0 if cache is None else cache.length
+            if start < 0:
+                raise ValueError(f"start must be non-negative, got {start}")
         q = split_heads(self.w_q(query), self.num_heads)  # (B, h, T, d_k)
+        if self.rotary:  # query row t sits at position start + t
+            q = rotary_embedding(q, torch.arange(start, start + q.shape[2], device=q.device))
         if cache is not None and cache.reuse:
             k, v = cache.get()  # cross-attention: the source's K/V, projected once, reused
         else:
             k = split_heads(self.w_k(key), self.num_kv_heads)  # (B, h_kv, S, d_k)
             v = split_heads(self.w_v(value), self.num_kv_heads)  # (B, h_kv, S, d_v)
+            if self.rotary:  # rotated once, before caching: a key's position never changes
+                k = rotary_embedding(k, torch.arange(start, start + k.shape[2], device=k.device))
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h_kv, S, d_k): cached positions + the new ones
         if self.num_kv_heads != self.num_heads:

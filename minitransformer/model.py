@@ -586,7 +586,8 @@ class Transformer(nn.Module):
         """The attention weights of the last forward pass, per layer, for plotting.
 
         Returns ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N,
-        "cross": [(B, h, T, S)] * N}`` (entries are None for layers not run yet).
+        "cross": [(B, h, T, S)] * N}`` (entries are None for layers not run yet, and the
+        decoder's are None after a step with a KV cache, which does not compute them).
         """
         return {
             "encoder": [layer.self_attn_weights for layer in self.encoder.layers],

@@ -432,3 +432,16 @@ def test_bad_mask_arguments():
         padding_mask(torch.tensor([1, 2]), 3.0)
     with pytest.raises(ValueError, match="max_len must be non-negative, got -2"):
         padding_mask(torch.tensor([], dtype=torch.long), -2)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), max_size=4), min_size=1, max_size=3))
+def test_broadcast_helper_agrees_with_torch_broadcast_shapes(shapes):
+    """The plain-Python check used in the hot path gives torch's answer (None = error)."""
+    from minitransformer.attention import _broadcast_shape
+
+    try:
+        want = tuple(torch.broadcast_shapes(*map(tuple, shapes)))
+    except RuntimeError:
+        want = None
+    assert _broadcast_shape(*map(tuple, shapes)) == want

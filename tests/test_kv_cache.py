@@ -218,6 +218,21 @@ def test_chunked_prefill_equals_whole():
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
+    # A cached step uses the fused kernel (one query row; nothing to plot), so the decoder
+    # layers keep None; a full forward pass computes and keeps the weights again.
+    model = _model(4)
+    src = _padded_sources(4, [5, 3])
+    ys = greedy_decode(model, src, max_len=6, bos_id=BOS_ID, eos_id=None)
+    maps = model.attention_weights()
+    assert maps["decoder_self"][0] is None and maps["cross"][0] is None
+    assert maps["encoder"][0].shape == (2, model.num_heads, 5, 5)
+    ys[0, 0] = BOS_ID  # an ordinary tensor, not an inference-mode one: in-place writes work
+    with torch.no_grad():
+        model(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
+    assert model.attention_weights()["cross"][0].shape == (2, model.num_heads, 6, 5)
+
+
 @pytest.mark.parametrize("seed, beam_size", [(0, 1), (0, 3), (1, 4)])
 def test_cached_beam_search_equals_uncached(seed, beam_size):
     model = _model(seed)

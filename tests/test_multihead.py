@@ -26,6 +26,7 @@ from minitransformer.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
+from minitransformer.positional import rotary_embedding
 
 ATOL = 1e-5
 
@@ -438,3 +439,92 @@ def test_random_shapes_and_padding_match_torch(B, T, S, h, seed, with_padding):
                            {"key_padding_mask": ~mask[:, 0, 0]})
     else:
         compare_with_torch(ours, reference, query, memory, memory)
+
+
+# --------------------------------------------------------------------------------------
+# rotary=True: RoPE inside MultiHeadAttention (chapter "Positional encoding")
+# --------------------------------------------------------------------------------------
+
+
+def rotary_pair(d_model: int = 16, num_heads: int = 2, num_kv_heads: int | None = None, seed: int = 0):
+    """A rotary MultiHeadAttention with random biases, in eval mode."""
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, rotary=True).eval()
+    with torch.no_grad():
+        for lin in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            lin.bias.normal_()
+    return mha
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_rotary_equals_the_chapters_manual_construction(start):
+    """Rotate split_heads(x W^Q) and split_heads(x W^K) by positions start.., then attend."""
+    mha = rotary_pair(seed=start)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1))
+    mask = causal_mask(6)
+    positions = torch.arange(start, start + 6)
+    q = rotary_embedding(split_heads(mha.w_q(x), 2), positions)  # (B, h, T, d_k)
+    k = rotary_embedding(split_heads(mha.w_k(x), 2), positions)
+    v = split_heads(mha.w_v(x), 2)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    want = mha.w_o(merge_heads(out))
+    got, got_weights = mha(x, x, x, mask, start=start if start else None)  # default start 0
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    torch.testing.assert_close(got_weights, weights, atol=ATOL, rtol=0)
+    fused, none = mha(x, x, x, mask, need_weights=False, start=start)
+    assert none is None
+    torch.testing.assert_close(fused, want, atol=ATOL, rtol=0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(shift=st.integers(1, 500), T=st.integers(1, 8), seed=st.integers(0, 1000))
+def test_rotary_attention_depends_only_on_relative_positions(shift, T, seed):
+    """Moving every position by the same amount changes no score, weight or output."""
+    mha = rotary_pair(seed=seed).double()
+    x = torch.randn(2, T, 16, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    out0, w0 = mha(x, x, x, causal_mask(T))
+    out1, w1 = mha(x, x, x, causal_mask(T), start=shift)
+    torch.testing.assert_close(w1, w0, atol=1e-9, rtol=0)
+    torch.testing.assert_close(out1, out0, atol=1e-9, rtol=0)
+
+
+def test_rotary_changes_attention_and_breaks_permutation_equivariance():
+    """Without positions attention is permutation-equivariant; RoPE makes order matter."""
+    mha = rotary_pair(seed=3)
+    plain = MultiHeadAttention(16, 2).eval()
+    plain.load_state_dict(mha.state_dict())  # same weights, no rotation
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(0))
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    torch.testing.assert_close(plain(x[:, perm], x[:, perm], x[:, perm])[0], plain(x, x, x)[0][:, perm],
+                               atol=ATOL, rtol=0)
+    assert not torch.allclose(mha(x[:, perm], x[:, perm], x[:, perm])[0], mha(x, x, x)[0][:, perm],
+                              atol=1e-3)
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 1])
+def test_rotary_with_a_cache_equals_the_full_sequence(num_kv_heads):
+    """Feeding tokens one at a time (positions from the cache length) = one causal pass."""
+    from minitransformer.kv_cache import AttentionCache
+
+    mha = rotary_pair(d_model=16, num_heads=4, num_kv_heads=num_kv_heads, seed=7)
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(2))
+    full, _ = mha(x, x, x, causal_mask(7))
+    cache = AttentionCache(capacity=4)  # outgrown on purpose: the buffers double
+    steps = [mha(x[:, :3], x[:, :3], x[:, :3], causal_mask(3), cache=cache)[0]]  # a prefill of 3
+    for t in range(3, 7):
+        steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=ATOL, rtol=0)
+
+
+def test_rotary_bad_arguments():
+    with pytest.raises(ValueError, match="head_dim=3 must be even"):
+        MultiHeadAttention(6, 2, rotary=True)
+    x = torch.randn(1, 2, 8)
+    with pytest.raises(ValueError, match="only applies with rotary=True"):
+        MultiHeadAttention(8, 2)(x, x, x, start=3)
+    with pytest.raises(ValueError, match="non-negative"):
+        MultiHeadAttention(8, 2, rotary=True)(x, x, x, start=-1)
+    from minitransformer.kv_cache import AttentionCache
+
+    with pytest.raises(ValueError, match="static"):
+        MultiHeadAttention(8, 2, rotary=True)(x, x, x, cache=AttentionCache(static=True))
