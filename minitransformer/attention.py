@@ -404,15 +404,16 @@ class MultiHeadAttention(nn.Module):
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
         """Raise ``ValueError`` naming the shapes unless they fit ``(B, T|S, d_model)``."""
-        shapes = f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        if query.dim() != 3 or key.dim() != 3 or value.dim() != 3:
+        q, k, v = query.shape, key.shape, value.shape
+        if len(q) == len(k) == len(v) == 3 and q[2] == k[2] == v[2] == self.d_model \
+                and k[:2] == v[:2] and q[0] == k[0]:
+            return  # the common case, checked without building any message (hot path)
+        shapes = f"query {tuple(q)}, key {tuple(k)}, value {tuple(v)}"
+        if len(q) != 3 or len(k) != 3 or len(v) != 3:
             raise ValueError(f"query, key and value must be 3-D (B, length, d_model), got {shapes}")
-        if any(x.shape[-1] != self.d_model for x in (query, key, value)):
+        if any(x[-1] != self.d_model for x in (q, k, v)):
             raise ValueError(f"expected last dimension d_model={self.d_model}, got {shapes}")
-        if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
-            raise ValueError(
-                f"key and value must be (B, S, d_model) with the query's B, got {shapes}"
-            )
+        raise ValueError(f"key and value must be (B, S, d_model) with the query's B, got {shapes}")
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> "MultiHeadAttention":
