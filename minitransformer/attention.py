@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # only for the annotation of MultiHeadAttention.forward's cac
     from minitransformer.kv_cache import AttentionCache
 
 __all__ = [
+    "check_qkv",
     "scaled_dot_product_attention",
     "causal_mask",
     "padding_mask",
@@ -92,35 +93,13 @@ def _check_mask(mask: Tensor, scores_shape: tuple[int, ...], query: Tensor, key:
         )
 
 
-def scaled_dot_product_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, returning the output and the attention weights.
+def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> tuple[int, ...]:
+    """Check attention inputs ``(..., T, d_k)``, ``(..., S, d_k)``, ``(..., S, d_v)``.
 
-    Chapter "Scaled dot-product attention" (``book/attention``) derives every step: the
-    scores, the ``1/sqrt(d_k)`` scaling, the masking and the weighted sum.
-
-    Args:
-        query: ``(..., T, d_k)``, one row per position that asks.
-        key: ``(..., S, d_k)``, one row per position that can be looked at.
-        value: ``(..., S, d_v)``, what each of those ``S`` positions passes on.
-        mask: optional boolean tensor broadcastable to ``(..., T, S)``; ``True`` = may attend
-            (the convention of :func:`torch.nn.functional.scaled_dot_product_attention`).
-            The leading (batch) dimensions of query, key and value broadcast with each other;
-            the mask broadcasts to theirs but may not add dimensions of its own.
-
-    Returns:
-        ``(output, weights)`` with shapes ``(..., T, d_v)`` and ``(..., T, S)``. Each row of
-        ``weights`` sums to one, except a query row whose keys are *all* masked: its weights
-        and its output are zero (never NaN), as in
-        :func:`torch.nn.functional.scaled_dot_product_attention`.
-
-    Raises:
-        TypeError: if an argument is not a tensor, or query/key/value are not floating point.
-        ValueError: if query, key and value have fewer than 2 dimensions or different dtypes,
-            if the query and key sizes ``d_k`` differ, if key and value have different lengths
-            ``S``, if the batch dimensions do not broadcast, or if the mask is not boolean or
-            does not broadcast to ``(..., T, S)``. The message names the shapes.
+    Returns the broadcast leading (batch) shape. Raises ``TypeError`` for non-float tensors and
+    ``ValueError``, naming the shapes, for a mismatched ``d_k``, ``S``, dtype or batch shape.
+    Shared by :func:`scaled_dot_product_attention` and
+    :func:`minitransformer.flash.tiled_attention`.
     """
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, Tensor):
@@ -153,6 +132,40 @@ def scaled_dot_product_attention(
             "the leading (batch) dimensions of query, key and value do not broadcast: "
             f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
         )
+    return batch
+
+
+def scaled_dot_product_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, returning the output and the attention weights.
+
+    Chapter "Scaled dot-product attention" (``book/attention``) derives every step: the
+    scores, the ``1/sqrt(d_k)`` scaling, the masking and the weighted sum.
+
+    Args:
+        query: ``(..., T, d_k)``, one row per position that asks.
+        key: ``(..., S, d_k)``, one row per position that can be looked at.
+        value: ``(..., S, d_v)``, what each of those ``S`` positions passes on.
+        mask: optional boolean tensor broadcastable to ``(..., T, S)``; ``True`` = may attend
+            (the convention of :func:`torch.nn.functional.scaled_dot_product_attention`).
+            The leading (batch) dimensions of query, key and value broadcast with each other;
+            the mask broadcasts to theirs but may not add dimensions of its own.
+
+    Returns:
+        ``(output, weights)`` with shapes ``(..., T, d_v)`` and ``(..., T, S)``. Each row of
+        ``weights`` sums to one, except a query row whose keys are *all* masked: its weights
+        and its output are zero (never NaN), as in
+        :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+    Raises:
+        TypeError: if an argument is not a tensor, or query/key/value are not floating point.
+        ValueError: if query, key and value have fewer than 2 dimensions or different dtypes,
+            if the query and key sizes ``d_k`` differ, if key and value have different lengths
+            ``S``, if the batch dimensions do not broadcast, or if the mask is not boolean or
+            does not broadcast to ``(..., T, S)``. The message names the shapes.
+    """
+    batch = check_qkv(query, key, value)
     if mask is not None:
         _check_mask(mask, batch + (query.shape[-2], key.shape[-2]), query, key)
 

@@ -33,6 +33,8 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from minitransformer.attention import check_qkv
+
 __all__ = ["online_softmax_step", "tiled_attention", "peak_memory_bytes"]
 
 
@@ -96,21 +98,7 @@ def tiled_attention(
     """
     if not isinstance(block_size, int) or block_size <= 0:
         raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
-    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
-        raise ValueError(
-            "query, key and value need at least 2 dimensions (..., length, features), got "
-            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query (..., T, d_k) = {tuple(query.shape)} and key (..., S, d_k) = "
-            f"{tuple(key.shape)} must have the same d_k"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "
-            f"{tuple(value.shape)} must have the same length S"
-        )
+    check_qkv(query, key, value)  # the same checks and messages as the naive version
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
             "query, key and value must have the same leading (batch, head) dimensions, got "
