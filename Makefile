@@ -41,8 +41,11 @@ check-html: $(STAMP)
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
 
+# Jupyter refuses to start as root unless told; containers and CI machines often run as root.
+LAB_FLAGS := --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab book/
+	$(BIN)/jupyter lab $(LAB_FLAGS) book/
 
 serve:
 	@test -f _build/html/index.html || { echo "No built book: run 'make book' first."; exit 1; }
