@@ -5,7 +5,8 @@
 #                    Chromium and check it
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
-#   make notebooks   re-execute the notebooks in place (refreshes their committed outputs)
+#   make notebooks   re-execute the notebooks in place (refreshes their committed outputs);
+#                    one notebook: make notebooks NOTEBOOKS=book/NAME.ipynb
 #   make bench       run the benchmarks in benchmarks/
 #   make clean       remove build outputs (keeps .venv; `make distclean` removes it too)
 
@@ -54,7 +55,8 @@ serve:
 
 notebooks: $(STAMP)
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 $(NOTEBOOKS)
+	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 \
+	  --ExecutePreprocessor.record_timing=False $(NOTEBOOKS)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
