@@ -62,6 +62,16 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3
     return plt.subplots(nrows, ncols, figsize=(width, height), constrained_layout=True, **kwargs)
 
 
+def _label(ax, title: str | None, xlabel: str | None, ylabel: str | None) -> None:
+    """Set whichever of the title and axis labels are given."""
+    if title:
+        ax.set_title(title)
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+
+
 def heatmap(
     ax,
     matrix,
@@ -91,12 +101,7 @@ def heatmap(
         ax.set_xticks(range(len(xlabels)), labels=list(xlabels))
     if ylabels is not None:
         ax.set_yticks(range(len(ylabels)), labels=list(ylabels))
-    if title:
-        ax.set_title(title)
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel:
-        ax.set_ylabel(ylabel)
+    _label(ax, title, xlabel, ylabel)
     if annotate:
         lo, hi = np.nanmin(m), np.nanmax(m)
         mid = (lo + hi) / 2
@@ -274,12 +279,7 @@ def _finish(ax, xlabel, ylabel, title, logx, logy, legend) -> None:
         ax.yaxis.set_major_formatter(plain)
         lo, hi = ax.get_ylim()
         ax.yaxis.set_minor_formatter(plain if hi / lo < 30 else NullFormatter())
-    if xlabel:
-        ax.set_xlabel(xlabel)
-    if ylabel:
-        ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
+    _label(ax, title, xlabel, ylabel)
     if legend:
         ax.legend(frameon=False)
 
