@@ -6,6 +6,7 @@ import os
 import pathlib
 import re
 
+import pytest
 from hypothesis import settings
 
 ROOT = pathlib.Path(__file__).parent
@@ -31,3 +32,27 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
     if collection_path.suffix == ".ipynb":
         return collection_path.resolve() not in _TOC or ".ipynb_checkpoints" in collection_path.parts
     return None
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device",
+        default=os.environ.get("MINITRANSFORMER_TEST_DEVICE", "cpu"),
+        help="torch device for the unit tests that take the `device` fixture (cpu, cuda, "
+        "cuda:1, mps); tests skip when that device is not available. Notebooks always run on "
+        "the CPU. Default: $MINITRANSFORMER_TEST_DEVICE or cpu.",
+    )
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The torch.device the unit tests run on (``pytest --device cuda``); skips if absent."""
+    import torch
+
+    name = request.config.getoption("--device")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip(f"--device {name}: CUDA is not available on this machine")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        pytest.skip(f"--device {name}: MPS is not available on this machine")
+    return dev

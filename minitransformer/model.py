@@ -197,6 +197,10 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """One decoder layer: masked self-attention, cross-attention to the encoder output, FFN.
 
+    With ``cross_attention=False`` the layer has no cross-attention sub-layer (and no ``norm2``,
+    ``dropout2``): masked self-attention and the FFN only, the layer of a decoder-only language
+    model. ``memory`` is then ``None``.
+
     ``forward(x, memory, tgt_mask, memory_mask)`` maps ``x`` ``(B, T, d_model)`` and the encoder
     output ``memory`` ``(B, S, d_model)`` to ``(B, T, d_model)``. ``tgt_mask`` broadcasts to
     ``(B, h, T, T)`` and must already contain the causal mask (the layer adds nothing: the
@@ -212,17 +216,18 @@ class DecoderLayer(nn.Module):
         d_ff: int,
         dropout: float = 0.1,
         norm_first: bool = False,
+        cross_attention: bool = True,
     ) -> None:
         super().__init__()
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout) if cross_attention else None
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
         self.dropout3 = nn.Dropout(dropout)
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
@@ -246,7 +251,7 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
@@ -259,13 +264,21 @@ class DecoderLayer(nn.Module):
         None (run the model without a cache to plot them)."""
         self_cache = cache.self_attn if cache is not None else None
         cross_cache = cache.cross_attn if cache is not None else None
+        if (memory is None) != (self.cross_attn is None):
+            raise ValueError(
+                "memory must be given exactly when the layer has cross-attention "
+                f"(cross_attention={self.cross_attn is not None}), got "
+                f"{'None' if memory is None else tuple(memory.shape)}"
+            )
         if self.norm_first:  # pre-LN
             x = x + self._self_attention(self.norm1(x), tgt_mask, self_cache)
-            x = x + self._cross_attention(self.norm2(x), memory, memory_mask, cross_cache)
+            if self.cross_attn is not None:
+                x = x + self._cross_attention(self.norm2(x), memory, memory_mask, cross_cache)
             x = x + _dropout(self.dropout3, self.feed_forward(self.norm3(x)))
         else:  # post-LN (the paper)
             x = self.norm1(x + self._self_attention(x, tgt_mask, self_cache))
-            x = self.norm2(x + self._cross_attention(x, memory, memory_mask, cross_cache))
+            if self.cross_attn is not None:
+                x = self.norm2(x + self._cross_attention(x, memory, memory_mask, cross_cache))
             x = self.norm3(x + _dropout(self.dropout3, self.feed_forward(x)))
         return x
 
@@ -355,6 +368,7 @@ class Decoder(nn.Module):
     ``forward(x, memory, tgt_mask, memory_mask)``: ``(B, T, d_model)`` and ``(B, S, d_model)``
     to ``(B, T, d_model)``. ``tgt_mask`` is passed to every layer as is (include the causal
     mask; :meth:`Transformer.decode` does). ``final_norm`` as in :class:`Encoder`.
+    ``cross_attention=False`` builds a decoder-only stack (no encoder, ``memory=None``).
     """
 
     def __init__(
@@ -366,10 +380,12 @@ class Decoder(nn.Module):
         dropout: float = 0.1,
         norm_first: bool = False,
         final_norm: bool | None = None,
+        cross_attention: bool = True,
     ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first) for _ in range(num_layers)
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first, cross_attention)
+            for _ in range(num_layers)
         )
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model) if final_norm else None
@@ -377,7 +393,7 @@ class Decoder(nn.Module):
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
         cache: KVCache | None = None,

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from minitransformer.attention import MultiHeadAttention, padding_mask
+from minitransformer.attention import MultiHeadAttention, causal_mask, padding_mask
 from minitransformer.model import (
     Decoder,
     DecoderLayer,
@@ -353,3 +353,22 @@ def test_layers_use_the_package_attention() -> None:
     model = small_model()
     assert isinstance(model.encoder.layers[0].self_attn, MultiHeadAttention)
     assert isinstance(model.decoder.layers[0].cross_attn, MultiHeadAttention)
+
+
+def test_decoder_only_layer_has_no_cross_attention_and_stays_causal():
+    """cross_attention=False: the layer of a decoder-only model (masked self-attention + FFN)."""
+    torch.manual_seed(0)
+    layer = DecoderLayer(16, 2, 32, dropout=0.0, cross_attention=False).eval()
+    assert layer.cross_attn is None and layer.norm2 is None
+    n_params = sum(p.numel() for p in layer.parameters())
+    full = sum(p.numel() for p in DecoderLayer(16, 2, 32, cross_attention=True).parameters())
+    assert full - n_params == 4 * 16 * 16 + 4 * 16 + 2 * 16  # one attention and one LayerNorm
+    x = torch.randn(2, 5, 16)
+    out = layer(x, None, causal_mask(5))
+    x2 = x.clone()
+    x2[:, 3:] = torch.randn(2, 2, 16)  # later positions must not change earlier outputs
+    assert torch.allclose(layer(x2, None, causal_mask(5))[:, :3], out[:, :3], atol=1e-6)
+    with pytest.raises(ValueError, match="memory"):
+        layer(x, torch.randn(2, 3, 16), causal_mask(5))
+    stack = Decoder(2, 16, 2, 32, dropout=0.0, cross_attention=False)
+    assert stack(x, None, causal_mask(5)).shape == (2, 5, 16)
