@@ -22,6 +22,7 @@ __all__ = [
     "mask_heatmap",
     "line_plot",
     "theory_vs_measurement",
+    "show",
     "glue_figure",
 ]
 
@@ -282,6 +283,21 @@ def _finish(ax, xlabel, ylabel, title, logx, logy, legend) -> None:
     _label(ax, title, xlabel, ylabel)
     if legend:
         ax.legend(frameon=False)
+
+
+def show(fig) -> None:
+    """Show ``fig`` once, as the output of the current notebook cell, and close it.
+
+    The figure is displayed as a plain image (visible in JupyterLab and in the HTML book, where
+    the caption cell that follows turns it into a numbered figure) and then closed, so that
+    the inline backend does not draw it a second time and nothing with a memory address is
+    printed. nbval compares the figure's text form, ``<Figure size 640x360 with 2 Axes>``,
+    which checks that it was drawn with the expected layout without comparing pixels.
+    """
+    from IPython.display import display  # notebooks only
+
+    display(fig)
+    plt.close(fig)
 
 
 def glue_figure(name: str, fig) -> None:
