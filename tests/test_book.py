@@ -5,9 +5,15 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import sys
+
+import nbformat
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOC = (ROOT / "_toc.yml").read_text()
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import course_book  # noqa: E402
 
 
 def toc_files() -> list[str]:
@@ -51,22 +57,146 @@ def test_notebooks_are_committed_with_outputs():
             )
 
 
-def test_solution_cells_are_collapsed_in_jupyter():
-    """Code cells between {solution-start} and {solution-end} are stored with hidden source."""
-    for f in toc_chapters():
-        nb = json.loads((ROOT / "book" / f"{f}.ipynb").read_text())
-        inside = False
-        for c in nb["cells"]:
-            src = "".join(c["source"])
-            if c["cell_type"] == "markdown":
-                if "{solution-start}" in src:
-                    inside = True
-                if "{solution-end}" in src:
-                    inside = False
-            elif inside:
-                assert c.get("metadata", {}).get("jupyter", {}).get("source_hidden"), (
-                    f"book/{f}.ipynb: solution cell not collapsed: {src[:60]!r}"
-                )
+# -- the conventions of the chapters (CONTRIBUTING.md, "Chapters"), checked per notebook -----
+
+
+def _cells(chapter: str) -> list[nbformat.NotebookNode]:
+    return nbformat.read(ROOT / "book" / f"{chapter}.ipynb", as_version=4).cells
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_solutions_are_one_cell_and_collapsed_code(chapter):
+    """A solution is a {solution} dropdown cell, then code cells tagged `solution`, stored
+    collapsed in JupyterLab with a comment as the first (the only visible) line."""
+    cells = _cells(chapter)
+    assert not any("{solution-start}" in c.source for c in cells), (
+        f"book/{chapter}.ipynb uses {{solution-start}}: write one {{solution}} cell and tag the "
+        "code cells after it `solution` (book/_ext/course_book.py gates them for the HTML)"
+    )
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown" and course_book.SOLUTION_CELL.match(cell.source.strip()):
+            assert ":class: dropdown" in cell.source, f"book/{chapter}.ipynb cell {i}: not a dropdown"
+            code = cells[i + 1] if i + 1 < len(cells) else None
+            assert code is not None and code.cell_type == "code" and "solution" in code.metadata.get("tags", []), (
+                f"book/{chapter}.ipynb cell {i}: a {{solution}} cell must be followed by its code cell "
+                "tagged `solution`"
+            )
+        if cell.cell_type == "code" and "solution" in cell.metadata.get("tags", []):
+            assert cell.metadata.get("jupyter", {}).get("source_hidden"), (
+                f"book/{chapter}.ipynb: solution cell not collapsed in JupyterLab: {cell.source[:60]!r}"
+            )
+            assert cell.source.startswith("# "), (
+                f"book/{chapter}.ipynb: a collapsed solution shows its first line; make it a comment: "
+                f"{cell.source[:60]!r}"
+            )
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_hidden_code_cells_are_collapsed_in_jupyter(chapter):
+    """Cells hidden from the HTML (`remove-cell`) are collapsed in JupyterLab too, behind a
+    first line that says what they are for."""
+    for cell in _cells(chapter):
+        if cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", []):
+            assert cell.metadata.get("jupyter", {}).get("source_hidden") and cell.source.startswith("# "), (
+                f"book/{chapter}.ipynb: a remove-cell cell must be stored collapsed "
+                f"(jupyter.source_hidden) with a comment first line: {cell.source[:60]!r}"
+            )
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_figures_are_shown_by_their_cell_and_captioned_after_it(chapter):
+    """Each `plotting.show(fig)` cell is followed by its caption cell (label, alt text,
+    caption), and each caption cell follows such a cell; no figure goes through glue."""
+    cells, labels = _cells(chapter), []
+    for i, cell in enumerate(cells):
+        caption = course_book.parse_caption_cell(cell.source) if cell.cell_type == "markdown" else None
+        if cell.cell_type == "code" and "plotting.show(" in cell.source:
+            after = course_book.parse_caption_cell(cells[i + 1].source) if i + 1 < len(cells) else None
+            assert after is not None, f"book/{chapter}.ipynb cell {i}: a figure needs a caption cell right after it"
+        if caption is not None:
+            assert i > 0 and cells[i - 1].cell_type == "code" and "plotting.show(" in cells[i - 1].source, (
+                f"book/{chapter}.ipynb cell {i}: caption {caption.get('label')} does not follow the cell that draws it"
+            )
+            assert caption.get("label", "").startswith("fig-"), f"book/{chapter}.ipynb cell {i}: label fig-..."
+            alt = caption.get("alt", "")
+            assert len(alt) >= 20 and "TODO" not in alt, f"book/{chapter}.ipynb {caption['label']}: write an alt text"
+            assert caption.get("caption"), f"book/{chapter}.ipynb {caption['label']}: empty caption"
+            labels.append(caption["label"])
+    assert len(labels) == len(set(labels)), f"book/{chapter}.ipynb: duplicate figure labels {labels}"
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_numbers_reach_the_prose_through_inline_expressions(chapter):
+    """No glue (JupyterLab cannot show it); every {eval} is a variable name with a stored value."""
+    for i, cell in enumerate(_cells(chapter)):
+        assert "{glue" not in cell.source and "myst_nb" not in cell.source and "glue(" not in cell.source, (
+            f"book/{chapter}.ipynb cell {i} uses glue: use {{eval}}`name` (CONTRIBUTING.md)"
+        )
+        if cell.cell_type == "markdown":
+            expressions = course_book.expressions_in(cell.source)
+            stored = [e["expression"] for e in cell.metadata.get("user_expressions", [])]
+            assert stored == expressions, (
+                f"book/{chapter}.ipynb cell {i}: stored values {stored} do not match the expressions "
+                f"{expressions}: run `make notebooks`"
+            )
+
+
+# -- the HTML reader (book/_ext/course_book.py) ------------------------------------------
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+CAPTION = ":::{figure}\n:label: fig-x\n:alt: A line that rises from left to right.\n\nA caption, with $x$.\n:::"
+
+
+def test_caption_cells_become_the_figure_of_the_cell_before():
+    draw = nbformat.v4.new_code_cell("plotting.show(fig)")
+    nb = _nb(draw, nbformat.v4.new_markdown_cell(CAPTION), nbformat.v4.new_markdown_cell("Prose."))
+    assert course_book.attach_figure_captions(nb) == 1
+    assert [c.source for c in nb.cells] == ["plotting.show(fig)", "Prose."]
+    assert draw.metadata["mystnb"] == {"figure": {"caption": "A caption, with $x$.", "name": "fig-x"},
+                                       "image": {"alt": "A line that rises from left to right."}}
+
+
+def test_caption_cells_must_follow_code_and_be_complete():
+    with pytest.raises(ValueError, match="must follow the code cell"):
+        course_book.attach_figure_captions(_nb(nbformat.v4.new_markdown_cell("Prose."),
+                                               nbformat.v4.new_markdown_cell(CAPTION)))
+    no_alt = CAPTION.replace(":alt: A line that rises from left to right.\n", "")
+    with pytest.raises(ValueError, match="no alt"):
+        course_book.attach_figure_captions(_nb(nbformat.v4.new_code_cell("x"), nbformat.v4.new_markdown_cell(no_alt)))
+    # a figure with an image is an ordinary figure, left alone
+    image = ":::{figure} picture.png\n:label: fig-y\n\nCaption\n:::"
+    assert course_book.parse_caption_cell(image) is None
+
+
+def test_solutions_are_gated_for_the_html():
+    solution = nbformat.v4.new_markdown_cell("```{solution} ex-a\n:class: dropdown\n\nThe idea.\n```")
+    code = nbformat.v4.new_code_cell("# Solution\nf = 1", metadata={"tags": ["solution"]})
+    after = nbformat.v4.new_markdown_cell("Next.")
+    nb = _nb(solution, code, after)
+    assert course_book.gate_solutions(nb) == 1
+    sources = [c.source for c in nb.cells]
+    assert sources[0] == "```{solution-start} ex-a\n:class: dropdown\n```\n\nThe idea."
+    assert sources[1:] == ["# Solution\nf = 1", "```{solution-end}\n```", "Next."]
+    lone = _nb(nbformat.v4.new_markdown_cell("```{solution} ex-b\n:class: dropdown\n\nText only.\n```"))
+    assert course_book.gate_solutions(lone) == 0  # no code cell: an ordinary {solution}
+
+
+def test_hidden_cells_still_run_in_order_in_the_html():
+    cell = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["remove-cell", "other"]})
+    assert course_book.run_removed_cells(_nb(cell)) == 1
+    assert cell.metadata["tags"] == ["other", "remove-input", "remove-output"]
+
+
+def test_inline_expressions_are_plain_names():
+    assert course_book.expressions_in("a {eval}`x1` and {eval}`_y`.") == ["x1", "_y"]
+    with pytest.raises(ValueError, match="variable names"):
+        course_book.expressions_in("{eval}`f'{x:.2f}'`")
 
 
 def test_where_next_recap_lists_every_package_module():

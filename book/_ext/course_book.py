@@ -1,0 +1,175 @@
+"""How the book's notebooks are read for the HTML build (a local Sphinx extension).
+
+A chapter shows each figure twice over, once for each kind of reader, from one source:
+
+* the code cell that draws it ends with ``plotting.show(fig)``: the figure is that cell's
+  output, visible in JupyterLab and in the HTML book;
+* the markdown cell right after it holds the caption, as a MyST figure without an image::
+
+      :::{figure}
+      :label: fig-attention-weights
+      :alt: A heatmap of ...
+
+      Attention weights of ...
+      :::
+
+  JupyterLab (jupyterlab-myst) renders that as "Figure 2: Attention weights of ...", and a
+  ``{numref}`fig-attention-weights``` elsewhere in the notebook resolves to "Figure 2".
+
+Sphinx cannot render a figure without an image, so for the HTML build :func:`read_notebook`
+moves each such caption into the metadata of the code cell above it (``mystnb.figure`` with the
+caption and the name, ``mystnb.image.alt``), which makes myst-nb render that cell's image as a
+numbered figure with its caption and alt text, and drops the caption cell. A caption cell that
+does not follow a code cell is an error, so the build fails rather than losing a figure.
+
+An exercise's solution is likewise written once for both readers: a markdown cell
+``{solution} ex-label`` with ``:class: dropdown`` holding the explanation, followed by the
+code cell(s) tagged ``solution`` (stored with ``jupyter.source_hidden``, so JupyterLab shows
+them collapsed to their first line, a comment). For the HTML build :func:`gate_solutions`
+turns that into sphinx-exercise's gated form (``{solution-start}``, the code cells,
+``{solution-end}``), so that the code and its "Correct" verdict sit inside the collapsed
+solution too.
+
+Registered in ``_config.yml`` as myst-nb's reader for ``.ipynb`` files
+(``nb_custom_formats``).
+
+Numbers in the prose are inline expressions, ``{eval}`name```, where ``name`` is a variable
+(a string formatted at the precision the sentence uses) set by an earlier code cell. myst-nb
+evaluates them in the book's kernel (``execute_notebooks: inline``); jupyterlab-myst shows the
+results stored in each markdown cell's ``user_expressions`` metadata and re-evaluates them when
+the cell is run. :func:`expressions_in` finds them; ``scripts/run_notebooks.py`` records their
+values and the nbval plugin in ``conftest.py`` checks them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+
+# A colon-fenced figure directive with no argument (no image): options, a blank line, the caption.
+CAPTION_CELL = re.compile(
+    r"\A:::\{figure\}[ \t]*\n"  # the fence, and nothing after the directive name
+    r"(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"  # :label: ..., :alt: ...
+    r"[ \t]*\n?"
+    r"(?P<caption>.*?)\n?"
+    r":::[ \t]*\Z",
+    re.S,
+)
+OPTION = re.compile(r"^[ \t]*:([\w-]+):[ \t]*(.*?)[ \t]*$", re.M)
+# An inline expression: {eval}`name`, with a plain variable name (myst-nb's default pattern).
+EVAL_ROLE = re.compile(r"\{eval\}`([^`]*)`")
+NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def expressions_in(source: str) -> list[str]:
+    """The inline ``{eval}`` expressions of a markdown cell, in order of appearance.
+
+    Raises ``ValueError`` for an expression that is not a plain variable name: the HTML
+    build would not evaluate it (myst-nb's ``nb_eval_name_regex``).
+    """
+    found = EVAL_ROLE.findall(source)
+    bad = [expr for expr in found if not NAME.match(expr)]
+    if bad:
+        raise ValueError(f"inline expressions must be variable names, got {bad}")
+    return found
+
+
+def parse_caption_cell(source: str) -> dict[str, str] | None:
+    """``{"label": ..., "alt": ..., "caption": ...}`` if ``source`` is a caption cell, else None."""
+    match = CAPTION_CELL.match(source.strip())
+    if match is None:
+        return None
+    fields = dict(OPTION.findall(match["options"]))
+    fields["caption"] = match["caption"].strip()
+    return fields
+
+
+def attach_figure_captions(nb: nbformat.NotebookNode, path: str = "<notebook>") -> int:
+    """Move every caption cell into the code cell before it (see the module docstring).
+
+    Returns the number of figures attached. Raises ``ValueError`` for a caption cell without
+    a code cell before it, or without a ``:label:``, a caption or an ``:alt:`` text.
+    """
+    cells, attached = [], 0
+    for index, cell in enumerate(nb.cells):
+        fields = parse_caption_cell(cell.source) if cell.cell_type == "markdown" else None
+        if fields is None:
+            cells.append(cell)
+            continue
+        where = f"{path}, cell {index}"
+        missing = [key for key in ("label", "alt", "caption") if not fields.get(key)]
+        if missing:
+            raise ValueError(f"{where}: the figure caption cell has no {', '.join(missing)}")
+        if not cells or cells[-1].cell_type != "code":
+            raise ValueError(f"{where}: a figure caption cell must follow the code cell that "
+                             f"draws the figure ({fields['label']})")
+        mystnb = cells[-1].metadata.setdefault("mystnb", {})
+        mystnb["figure"] = {"caption": fields["caption"], "name": fields["label"]}
+        mystnb["image"] = {"alt": fields["alt"]}
+        attached += 1
+    nb.cells = cells
+    return attached
+
+
+SOLUTION_CELL = re.compile(
+    r"\A(?P<fence>`{3,}|:{3,})\{solution\}[ \t]+(?P<label>\S+)[ \t]*\n"
+    r"(?P<options>(?:[ \t]*:[\w-]+:[^\n]*\n)*)"
+    r"(?P<body>.*?)\n?"
+    r"(?P=fence)[ \t]*\Z",
+    re.S,
+)
+
+
+def gate_solutions(nb: nbformat.NotebookNode, path: str = "<notebook>") -> int:
+    """Wrap each ``{solution}`` cell and the ``solution``-tagged code cells after it into one
+    gated solution (see the module docstring). Returns the number of solutions gated."""
+    cells, gated, index = [], 0, 0
+    while index < len(nb.cells):
+        cell = nb.cells[index]
+        match = SOLUTION_CELL.match(cell.source.strip()) if cell.cell_type == "markdown" else None
+        following = index + 1
+        while (following < len(nb.cells) and nb.cells[following].cell_type == "code"
+               and "solution" in nb.cells[following].metadata.get("tags", [])):
+            following += 1
+        if match is None or following == index + 1:
+            cells.append(cell)
+            index += 1
+            continue
+        start = nbformat.v4.new_markdown_cell(
+            f"```{{solution-start}} {match['label']}\n{match['options']}```\n{match['body']}")
+        end = nbformat.v4.new_markdown_cell("```{solution-end}\n```")
+        cells += [start, *nb.cells[index + 1:following], end]
+        gated += 1
+        index = following
+    nb.cells = cells
+    return gated
+
+
+def run_removed_cells(nb: nbformat.NotebookNode) -> int:
+    """Re-tag hidden code cells so that inline execution runs them in order (module docstring).
+    Returns the number of cells re-tagged."""
+    count = 0
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if cell.cell_type == "code" and ("remove-cell" in tags or "remove_cell" in tags):
+            kept = [tag for tag in tags if tag not in ("remove-cell", "remove_cell")]
+            cell.metadata["tags"] = kept + ["remove-input", "remove-output"]
+            count += 1
+    return count
+
+
+def read_notebook(text: str, path: str = "<notebook>") -> nbformat.NotebookNode:
+    """myst-nb's reader for the book's ``.ipynb`` files: nbformat, then the captions moved, the
+    solutions gated and the hidden code cells made to run in order."""
+    nb = nbformat.reads(text, as_version=4)
+    attach_figure_captions(nb, path)
+    gate_solutions(nb, path)
+    run_removed_cells(nb)
+    return nb
+
+
+def setup(app):
+    """Nothing to register: the extension only makes this module importable for
+    ``nb_custom_formats``."""
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
