@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import operator
-import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, SupportsIndex
@@ -53,7 +51,7 @@ DTYPE_BYTES: dict[str, int] = {
 def _size(name: str, value: object, *, allow_zero: bool = False) -> int:
     """``value`` as an int >= 1 (>= 0 with ``allow_zero``), else TypeError/ValueError.
 
-    The rule and messages of :func:`minitransformer._checks.positive_int`, which this module
+    The rule and messages of ``minitransformer._checks.positive_int``, which this module
     cannot import: ``_checks`` imports torch.
     """
     if isinstance(value, bool) or not isinstance(value, SupportsIndex):  # ints, NumPy ints
@@ -189,7 +187,7 @@ class ModelConfig:
         return layers(self.num_layers - windowed, seq_len) + layers(windowed, kept)
 
     @classmethod
-    def from_hf_config(cls, config: str | os.PathLike[str] | Mapping[str, Any], *,
+    def from_hf_config(cls, config: str | Path | dict[str, Any], *,
                        name: str | None = None) -> ModelConfig:
         """The attention shape in a Hugging Face ``config.json`` (a path, its folder, or the
         parsed dict), for the field names of Llama, Mistral, Qwen2, GPT-2 and T5.
@@ -202,8 +200,8 @@ class ModelConfig:
             ValueError: for a file that is not a JSON object, or a missing or invalid field;
                 the message names the field and the file.
         """
-        if isinstance(config, Mapping):
-            fields, where = dict(config), "the config"
+        if isinstance(config, dict):
+            fields, where = config, "the config"
         else:
             path = Path(config)
             path = path / "config.json" if path.is_dir() else path
