@@ -112,13 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = _model_config(parser, args)
     seq_len = args.seq_len if args.seq_len is not None else (cfg.max_len or 1024)
     dtype = args.dtype or cfg.dtype or "bf16"
-    if args.src_len is not None and not cfg.encoder_decoder:
-        parser.error(f"--src-len is for encoder-decoder models; {cfg.name} is decoder-only")
-    if args.json:
-        print(json.dumps(estimate(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len),
-                         indent=2))
-    else:
-        print(report(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len))
+    try:
+        if args.json:
+            print(json.dumps(estimate(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len),
+                             indent=2))
+        else:
+            print(report(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len))
+    except ValueError as exc:  # e.g. --src-len for a decoder-only model
+        parser.error(str(exc))
     return 0
 
 

@@ -96,8 +96,8 @@ class ModelConfig:
 
     ``num_layers`` counts the layers that keep a KV cache (the decoder's). ``sliding_window``
     (Mistral) caps the positions cached by ``num_sliding_layers`` of them (``None``: all).
-    ``max_len`` is the model's context length, ``None`` where positions set no fixed limit
-    (sinusoids, T5's relative positions). ``encoder_decoder`` models also cache the
+    ``max_len`` is the model's context length, ``None`` where the model sets none (the paper's
+    sinusoids). ``encoder_decoder`` models also cache the
     cross-attention K/V over the source. ``dtype`` is the published dtype, if known.
     """
 

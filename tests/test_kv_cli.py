@@ -123,13 +123,22 @@ def test_cli_encoder_decoder_counts_the_source(capsys):
         (["--layers", "4", "--head-dim", "8"], "missing: --kv-heads"),
         ([], "give a model name, or all of --layers, --kv-heads, --head-dim"),
         (["llama-2-7b", "--layers", "4"], "give a model or --layers"),
-        (["llama-2-7b", "--src-len", "10"], "--src-len is for encoder-decoder models"),
+        (["llama-2-7b", "--src-len", "10"], "src_len is for encoder-decoder models"),
     ],
 )
 def test_bad_arguments_are_usage_errors(capsys, argv, message):
     code, out, err = run_main(capsys, *argv)
     assert code == 2 and out == ""
     assert message in err and "usage:" in err and "Traceback" not in err
+
+
+def test_kv_heads_0_in_a_real_run_exits_2_without_a_traceback():
+    # it used to die with a ZeroDivisionError traceback
+    result = subprocess.run(
+        [sys.executable, "-m", "minitransformer.kv_cli", "--layers", "4", "--kv-heads", "0",
+         "--head-dim", "8"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "argument --kv-heads: must be a positive integer, got 0" in result.stderr
 
 
 def test_a_broken_config_file_is_a_usage_error(tmp_path, capsys):

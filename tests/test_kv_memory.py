@@ -186,11 +186,12 @@ GPT2 = {
     "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
     "vocab_size": 50257,
 }
-# google-t5/t5-small: an encoder-decoder; head size d_kv; no context limit (relative positions)
+# google-t5/t5-small: an encoder-decoder; head size d_kv; n_positions 512, the length it was
+# trained with (flan-t5's configs have no n_positions)
 T5_SMALL = {
-    "architectures": ["T5ForConditionalGeneration"], "d_ff": 2048, "d_kv": 64, "d_model": 512,
-    "is_encoder_decoder": True, "model_type": "t5", "num_heads": 8, "num_layers": 6,
-    "relative_attention_num_buckets": 32, "vocab_size": 32128,
+    "architectures": ["T5WithLMHeadModel"], "d_ff": 2048, "d_kv": 64, "d_model": 512,
+    "is_encoder_decoder": True, "model_type": "t5", "n_positions": 512, "num_heads": 8,
+    "num_layers": 6, "relative_attention_num_buckets": 32, "vocab_size": 32128,
 }
 
 
@@ -256,7 +257,7 @@ def test_gpt2_config(tmp_path):
 
 def test_t5_config_counts_decoder_self_attention_and_cross_attention(tmp_path):
     cfg = ModelConfig.from_hf_config(write_config(tmp_path, T5_SMALL))
-    assert cfg.encoder_decoder and cfg.max_len is None
+    assert cfg.encoder_decoder and cfg.max_len == 512 and cfg.dtype is None
     assert (cfg.num_layers, cfg.num_heads, cfg.head_dim, cfg.d_model) == (6, 8, 64, 512)
     assert cfg.cache_bytes(20, bytes_per_element=4) == 20 * per_token(6, 8, 64, 4)
     assert cfg.cross_cache_bytes(50, bytes_per_element=4) == 50 * per_token(6, 8, 64, 4)
@@ -268,8 +269,10 @@ def test_t5_uses_num_decoder_layers_and_d_kv():
     # T5 1.1 / flan-t5 name the decoder's depth; t5-11b has d_kv 128 with d_model 1024 and
     # 128 heads, so the head size is not d_model / heads
     cfg = ModelConfig.from_hf_config(T5_SMALL | {"num_layers": 24, "num_decoder_layers": 6,
-                                                 "d_model": 1024, "d_kv": 128, "num_heads": 128})
+                                                 "d_model": 1024, "d_kv": 128, "num_heads": 128,
+                                                 "n_positions": None})
     assert (cfg.num_layers, cfg.head_dim, cfg.d_model) == (6, 128, 1024)
+    assert cfg.max_len is None
     assert cfg.bytes_per_token(2) == per_token(6, 128, 128)
 
 
