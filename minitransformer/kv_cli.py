@@ -34,7 +34,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description=(
@@ -98,7 +98,7 @@ def _model_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; ``minitransformer-kv --help`` lists the options."""
-    parser = build_parser()
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.list:
         if args.json:
