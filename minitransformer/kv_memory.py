@@ -216,7 +216,9 @@ class ModelConfig:
 
         layers = hf.size("number of layers", _LAYER_FIELDS)
         heads = hf.size("number of attention heads", _HEAD_FIELDS)
-        kv_heads = hf.optional_size(("num_key_value_heads",)) or heads  # absent: MHA
+        kv_heads = hf.optional_size(_KV_HEAD_FIELDS)
+        if kv_heads is None:  # MQA where the config says so (GPT-BigCode, Falcon), else MHA
+            kv_heads = 1 if fields.get("multi_query") is True else heads
         d_model = hf.optional_size(_HIDDEN_FIELDS)
         head_dim = hf.optional_size(_HEAD_DIM_FIELDS)
         if head_dim is None:  # Llama, Mistral and GPT-2 define it as d_model / heads
@@ -256,6 +258,7 @@ class ModelConfig:
 # cache (T5: num_decoder_layers, which defaults to num_layers).
 _LAYER_FIELDS = ("num_decoder_layers", "num_hidden_layers", "n_layer", "num_layers")
 _HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads")
+_KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads")
 _HIDDEN_FIELDS = ("hidden_size", "n_embd", "d_model")
 _HEAD_DIM_FIELDS = ("head_dim", "d_kv")
 _CONTEXT_FIELDS = ("max_position_embeddings", "n_positions")

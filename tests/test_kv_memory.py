@@ -276,6 +276,16 @@ def test_t5_uses_num_decoder_layers_and_d_kv():
     assert cfg.bytes_per_token(2) == per_token(6, 128, 128)
 
 
+def test_multi_query_configs_have_one_kv_head():
+    # GPT-BigCode and Falcon say "multi_query" instead of num_key_value_heads
+    cfg = ModelConfig.from_hf_config(GPT2 | {"multi_query": True, "model_type": "gpt_bigcode"})
+    assert cfg.num_kv_heads == 1 and cfg.attention == "MQA"
+    assert cfg.bytes_per_token(2) == per_token(12, 1, 64)
+    falcon_40b_like = MISTRAL_7B | {"num_key_value_heads": None, "num_kv_heads": 8,
+                                    "multi_query": True}
+    assert ModelConfig.from_hf_config(falcon_40b_like).num_kv_heads == 8
+
+
 def test_hf_head_dim_field_wins_over_hidden_size():
     cfg = ModelConfig.from_hf_config(MISTRAL_7B | {"hidden_size": 5120, "head_dim": 128})
     assert cfg.head_dim == 128 and cfg.d_model == 5120  # Mistral-Nemo style: 32 x 128 != 5120
