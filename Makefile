@@ -1,17 +1,18 @@
-# minitransformer: every command a reader or maintainer needs. See README.md.
-#   make book        install (if needed) and build the HTML book into _build/html/
-#   make test        install (if needed) and run the unit tests and every notebook (nbval)
-#   make test-portable  replay every notebook as another CPU computes (torch's unvectorised
-#                    kernels, MKL's compatibility path, one thread): outputs must not change
-#   make check-html  open every page of the built book (built first if missing) in headless
-#                    Chromium and check it
+# minitransformer: every command a reader or maintainer needs (`make help` prints this list;
+# one line per target). See README.md.
+#   make install     create .venv/ from requirements.lock (the targets below do it if needed)
+#   make book        build the HTML book into _build/html/ (installs first if needed)
+#   make test        run the unit tests and every notebook under nbval (installs first if needed)
+#   make test-portable  replay every notebook as another CPU computes: outputs must not change
+#   make check-html  check every page of the built book in headless Chromium (builds it if missing)
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
-#   make notebooks   re-execute the notebooks in place (refreshes their committed outputs);
-#                    one notebook: make notebooks NOTEBOOKS=book/NAME.ipynb
+#   make notebooks   re-execute the notebooks in place (one: NOTEBOOKS=book/NAME.ipynb)
 #   make bench       run the benchmarks in benchmarks/
 #   make lock        re-resolve requirements.txt into requirements.lock (every version, hashed)
-#   make clean       remove build outputs (keeps .venv; `make distclean` removes it too)
+#   make clean       remove build outputs (keeps .venv/)
+#   make distclean   remove build outputs and .venv/
+#   make help        list these commands
 
 PYTHON ?= python3
 VENV   := .venv
@@ -21,7 +22,7 @@ PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install book test test-portable check-html lab serve notebooks bench lock clean distclean
+.PHONY: install book test test-portable check-html lab serve notebooks bench lock clean distclean help
 
 install: $(STAMP)
 
@@ -93,3 +94,8 @@ clean:
 
 distclean: clean
 	rm -rf $(VENV) *.egg-info
+
+# Prints the list at the top of this file; tests/test_packaging.py checks that it names every
+# target, so the list cannot drift from the rules.
+help:
+	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))

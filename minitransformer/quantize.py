@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from minitransformer.kv_cache import AttentionCache, kv_cache_bytes
+from minitransformer.kv_cache import AttentionCache
+from minitransformer.kv_memory import kv_cache_bytes
 
 __all__ = ["Int8Tensor", "quantize_int8", "Int8AttentionCache", "int8_kv_cache_bytes"]
 
@@ -121,7 +122,7 @@ def int8_kv_cache_bytes(
     num_layers: int, num_kv_heads: int, head_dim: int, seq_len: int, batch_size: int = 1
 ) -> int:
     """Bytes of an :class:`Int8AttentionCache` KV cache: one byte per element, as
-    :func:`~minitransformer.kv_cache.kv_cache_bytes` with ``bytes_per_element=1``, plus one
+    :func:`~minitransformer.kv_memory.kv_cache_bytes` with ``bytes_per_element=1``, plus one
     float16 scale per key and per value vector (per layer, KV head, position and sequence)."""
     values = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element=1)
     scales = 2 * num_layers * num_kv_heads * seq_len * batch_size * torch.finfo(SCALE_DTYPE).bits // 8

@@ -58,7 +58,8 @@ def test_bad_input():
 # --- the int8 KV cache -------------------------------------------------------------------
 
 from minitransformer.decoding import greedy_decode  # noqa: E402
-from minitransformer.kv_cache import AttentionCache, KVCache, kv_cache_bytes  # noqa: E402
+from minitransformer.kv_cache import AttentionCache, KVCache  # noqa: E402
+from minitransformer.kv_memory import kv_cache_bytes  # noqa: E402
 from minitransformer.model import Transformer  # noqa: E402
 from minitransformer.quantize import Int8AttentionCache, int8_kv_cache_bytes  # noqa: E402
 

@@ -5,7 +5,7 @@
 * :func:`check_online_softmax_step`: one step of the online softmax behind FlashAttention;
 * :func:`check_cache_append`: appending one decoding step to a preallocated cache.
 
-Each compares the learner's function with the package's own (:mod:`minitransformer.kv_cache`,
+Each compares the learner's function with the package's own (:mod:`minitransformer.kv_memory`,
 :mod:`minitransformer.flash`) and names the usual mistake when they differ.
 """
 
@@ -18,7 +18,7 @@ from torch import Tensor
 
 from minitransformer.exercises._core import ExerciseError, attempt, checker, close, expect_shape
 from minitransformer.flash import online_softmax_step
-from minitransformer.kv_cache import MODEL_CONFIGS, ModelConfig, kv_cache_bytes
+from minitransformer.kv_memory import MODEL_CONFIGS, ModelConfig, kv_cache_bytes
 
 __all__ = ["check_kv_cache_bytes", "check_online_softmax_step", "check_cache_append"]
 
@@ -27,7 +27,7 @@ __all__ = ["check_kv_cache_bytes", "check_online_softmax_step", "check_cache_app
 def check_kv_cache_bytes(cache_bytes: Callable[[ModelConfig, int, int, int], int]) -> None:
     """Check ``cache_bytes(config, context, batch_size, bytes_per_element)``.
 
-    ``config`` is a :class:`~minitransformer.kv_cache.ModelConfig` (``num_layers``,
+    ``config`` is a :class:`~minitransformer.kv_memory.ModelConfig` (``num_layers``,
     ``num_heads``, ``num_kv_heads``, ``head_dim``, ...); ignore its sliding window. Hints name
     the usual mistakes: query heads instead of KV heads, a missing factor 2 for K and V, a
     missing bytes per element, layers or batch left out, ``d_model`` in place of
