@@ -245,7 +245,7 @@ def beam_search_with_scores(
             live = chosen & ~ended
             grown = seqs.gather(1, parent[..., None].expand(-1, -1, max_len))  # (B, k, max_len)
             grown[:, :, t] = token
-            if eos_id is not None:  # finished hypotheses leave the beam, scored
+            if bool(ended.any()):  # finished hypotheses leave the beam, scored
                 score = (top_logp.double() / length_penalty_factor(t, alpha)).masked_fill(
                     ~ended, float("-inf"))
                 best = _keep_best(best, score, grown, t + 1)
