@@ -40,7 +40,8 @@ __all__ = [
 
 
 def length_penalty_factor(length: int | Tensor, alpha: float) -> float | Tensor:
-    """``lp(n) = ((5 + n) / 6) ** alpha``; ``length`` an int or an integer tensor (float32 out)."""
+    """``lp(n) = ((5 + n) / 6) ** alpha`` of ``n = length`` generated tokens (Wu et al., 2016);
+    ``length`` an int, or an integer tensor (then a float32 tensor comes back)."""
     alpha = finite_float("alpha", alpha, low=0.0)
     if isinstance(length, Tensor):
         return ((5 + tensor("length", length, kind="int").float()) / 6) ** alpha
@@ -159,7 +160,8 @@ def beam_search(
     use_cache: bool = True,
     cache_cls: type[AttentionCache] | None = None,
 ) -> Tensor:
-    """The ``(B, L)`` ids of :func:`beam_search_with_scores` (same arguments)."""
+    """Beam search (section "Decoding the trained model"): the ``(B, L)`` ids of
+    :func:`beam_search_with_scores`, which takes the same arguments."""
     return beam_search_with_scores(
         model, src, max_len, bos_id, eos_id, beam_size=beam_size, length_penalty=length_penalty,
         src_mask=src_mask, pad_id=pad_id, use_cache=use_cache, cache_cls=cache_cls)[0]

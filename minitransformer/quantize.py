@@ -103,16 +103,14 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTY
 
 
 class Int8AttentionCache(AttentionCache):
-    """An :class:`~minitransformer.kv_cache.AttentionCache` that stores keys and values as int8.
+    """An :class:`~minitransformer.kv_cache.AttentionCache` that stores keys and values as int8
+    (section "An int8 KV cache for the trained model").
 
-    Each new position's key and value are quantised on arrival with one float16 scale per
-    (sequence, KV head, position), :func:`quantize_int8` over the head dimension, and
-    dequantised when attention reads them. Memory per cached element is 1 byte plus
-    ``2 / d_k`` for the scale, against 4 bytes in float32 or 2 in float16.
-
-    This simulates the *storage* of an int8 cache: the arithmetic stays in floating point.
-    Use it through ``greedy_decode(..., cache_cls=Int8AttentionCache)`` or
-    ``KVCache(..., cache_cls=Int8AttentionCache)``.
+    Each position's key and value are quantised on arrival (:func:`quantize_int8` over the head
+    dimension: one float16 scale per sequence, KV head and position) and dequantised when read,
+    so an element takes ``1 + 2 / d_k`` bytes instead of 4 (float32). Only the storage is
+    simulated; the arithmetic stays in floating point. Use it as ``cache_cls=`` of the decoders
+    or of :class:`~minitransformer.kv_cache.KVCache`.
     """
 
     _BUFFERS = ("keys", "values", "key_scales", "value_scales")
