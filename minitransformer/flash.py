@@ -1,25 +1,14 @@
 """Tiled attention with an online softmax: FlashAttention's idea in plain PyTorch.
 
-Explained in the chapter "Inference: the KV cache and the cost of attention"
-(``book/inference``), section "FlashAttention's idea".
+Chapter "Inference: the KV cache and the cost of attention", section "FlashAttention's idea".
+:func:`tiled_attention` walks over the keys in blocks and keeps, per query row, the running
+maximum ``m``, normaliser ``l = sum exp(s - m)`` and unnormalised output
+``acc = sum exp(s - m) v`` (:func:`online_softmax_step`), so its largest intermediate is a
+``(T, block_size)`` score tile instead of ``(T, S)``. FlashAttention (Dao et al., 2022) fuses
+this into one GPU kernel to save memory traffic; in plain PyTorch we show the memory saving
+(:func:`peak_memory_bytes`).
 
-Naive attention materialises the full ``(T, S)`` score matrix (and a second one for the
-softmax weights). :func:`tiled_attention` instead walks over the keys and values in blocks of
-``block_size`` positions and keeps, for every query row, only three running quantities:
-
-* ``m``: the largest score seen so far,
-* ``l``: the normaliser ``sum_j exp(s_j - m)`` over the keys seen so far,
-* ``acc``: the unnormalised output ``sum_j exp(s_j - m) v_j`` over the keys seen so far.
-
-When a new block raises the maximum from ``m`` to ``m'``, the old ``l`` and ``acc`` are
-rescaled by ``exp(m - m')``; at the end ``acc / l`` is exactly ``softmax(scores) @ V``. The
-largest intermediate is a ``(T, block_size)`` score block instead of ``(T, S)``.
-
-FlashAttention (Dao et al., 2022) does the same inside one fused GPU kernel, with the tiles
-held in on-chip SRAM; the saving there is memory *traffic*. Here, in plain PyTorch on a CPU, we
-can only show the other half of the idea: the same result with far less memory.
-
-Shape letters: B batch (any leading dimensions), T queries, S keys/values, d_k, d_v.
+Shape letters: leading (batch, head) dimensions ``...``, T queries, S keys/values, d_k, d_v.
 """
 
 from __future__ import annotations
@@ -33,27 +22,32 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from minitransformer._checks import positive_int, tensor
 from minitransformer.attention import check_qkv
 
 __all__ = ["online_softmax_step", "tiled_attention", "peak_memory_bytes"]
 
 
-def online_softmax_step(
+def _check_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor) -> None:
+    for name, x in (("m", m), ("l", l), ("acc", acc), ("scores", scores), ("values", values)):
+        tensor(name, x, kind="float")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(x.shape)}")
+    lead, T = scores.shape[:-2], scores.shape[-2]
+    shapes = {"m": (*lead, T, 1), "l": (*lead, T, 1), "acc": (*lead, T, values.shape[-1]),
+              "values": (*lead, scores.shape[-1], values.shape[-1])}
+    for name, x in (("m", m), ("l", l), ("acc", acc), ("values", values)):
+        if tuple(x.shape) != shapes[name]:
+            raise ValueError(
+                f"{name} must have shape {shapes[name]} for scores (..., T, S_blk) = "
+                f"{tuple(scores.shape)} and values (..., S_blk, d_v) = {tuple(values.shape)}, "
+                f"got {tuple(x.shape)}"
+            )
+
+
+def _online_softmax_step(
     m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Fold one block of keys into the running softmax statistics (section "FlashAttention's idea").
-
-    Args:
-        m: ``(..., T, 1)`` running maximum of the scores seen so far (``-inf`` before the first
-            block).
-        l: ``(..., T, 1)`` running normaliser ``sum exp(s - m)``.
-        acc: ``(..., T, d_v)`` running unnormalised output ``sum exp(s - m) v``.
-        scores: ``(..., T, S_blk)`` the scores of the new block (masked entries ``-inf``).
-        values: ``(..., S_blk, d_v)`` the values of the new block.
-
-    Returns:
-        The updated ``(m, l, acc)``. After the last block, ``acc / l`` is the attention output.
-    """
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T, 1)
     # A row that has seen only masked keys keeps m_new = -inf; use 0 there so that
     # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
@@ -67,37 +61,41 @@ def online_softmax_step(
     return m_new, l_new, acc_new
 
 
+def online_softmax_step(
+    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Fold one block of keys into the running softmax statistics (section "Deriving the
+    online softmax").
+
+    ``m``, ``l`` ``(..., T, 1)``: running maximum (``-inf`` before the first block) and
+    normaliser ``sum exp(s - m)``; ``acc`` ``(..., T, d_v)``: running ``sum exp(s - m) v``;
+    ``scores`` ``(..., T, S_blk)`` (masked entries ``-inf``) and ``values`` ``(..., S_blk, d_v)``
+    of the new block. Returns the new ``(m, l, acc)``; after the last block ``acc / l`` is the
+    attention output.
+    """
+    _check_step(m, l, acc, scores, values)
+    return _online_softmax_step(m, l, acc, scores, values)
+
+
 def tiled_attention(
     query: Tensor,
     key: Tensor,
     value: Tensor,
+    *,
     block_size: int = 64,
     causal: bool = False,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V computed block by block, never forming the ``(T, S)`` matrix.
+    """softmax(Q K^T / sqrt(d_k)) V block by block, never forming the ``(T, S)`` score matrix.
 
-    Section "FlashAttention's idea" of the chapter ``book/inference`` derives the online
-    softmax this relies on (:func:`online_softmax_step`).
-
-    Args:
-        query: ``(..., T, d_k)``.
-        key: ``(..., S, d_k)``.
-        value: ``(..., S, d_v)``. Leading (batch, head) dimensions must be equal.
-        block_size: number of key/value positions processed at once; any positive integer
-            (it need not divide ``S``).
-        causal: if True, query ``t`` attends to keys ``0..t`` only: the top-left aligned
-            causal mask of :func:`torch.nn.functional.scaled_dot_product_attention` with
-            ``is_causal=True`` (``torch.ones(T, S).tril()``).
-
-    Returns:
-        ``(..., T, d_v)``, equal to ``scaled_dot_product_attention(query, key, value)`` up to
-        floating-point rounding. A query row with no visible key (``S == 0``) gives zeros.
-
-    Raises:
-        ValueError: for mismatched shapes or a non-positive ``block_size``.
+    Section "FlashAttention's idea". ``query`` ``(..., T, d_k)``, ``key`` ``(..., S, d_k)``,
+    ``value`` ``(..., S, d_v)`` with equal leading dimensions -> ``(..., T, d_v)``, equal to
+    ``scaled_dot_product_attention`` up to rounding (zeros where a row sees no key, e.g.
+    ``S == 0``). ``block_size``: key positions per block, any positive int. ``causal``: query
+    ``t`` sees keys ``0..t``, the top-left mask of SDPA's ``is_causal=True``.
     """
-    if not isinstance(block_size, int) or block_size <= 0:
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    block_size = positive_int("block_size", block_size)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
     check_qkv(query, key, value)  # the same checks and messages as the naive version
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         raise ValueError(
@@ -125,7 +123,7 @@ def tiled_attention(
         if causal:
             cols = torch.arange(start, end, device=query.device)[None, :]  # (1, S_blk)
             scores = scores.masked_fill(cols > rows, float("-inf"))  # key after query: hidden
-        m, l, acc = online_softmax_step(m, l, acc, scores, v_blk)
+        m, l, acc = _online_softmax_step(m, l, acc, scores, v_blk)
 
     # A row that saw no key at all has l = 0 and acc = 0: clamping l gives 0, not 0/0 = NaN.
     return acc / l.clamp_min(torch.finfo(l.dtype).tiny)
@@ -182,22 +180,15 @@ class _MemoryTracker(TorchDispatchMode):
 
 
 def peak_memory_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[int, Any]:
-    """Peak bytes of tensor memory allocated while ``fn(*args, **kwargs)`` runs.
+    """``(peak_bytes, result)``: the peak extra tensor memory while ``fn(*args, **kwargs)`` runs.
 
-    Method: a :class:`torch.utils._python_dispatch.TorchDispatchMode` sees every tensor
-    operator the call executes. Each new storage an operator returns is added to a running
-    total when it appears and subtracted when the last tensor using it is freed; the maximum of
-    that total is the *extra* memory the call needed on top of what existed before (its
-    inputs), its output included. The count is exact and the same on every run (it follows
-    Python's reference counting, not the clock). What it cannot see is scratch memory a single
-    operator allocates and frees inside its own kernel; the large intermediates between
-    operators (score matrices, softmax weights) are all counted.
-
-    Used by ``benchmarks/bench_flash.py`` and the chapter ``book/inference``.
-
-    Returns:
-        ``(peak_bytes, result)``.
+    A ``TorchDispatchMode`` sees every operator: each new storage counts from when an operator
+    returns it until its last tensor is freed, so the peak is exact and the same on every run
+    (inputs excluded, output included; scratch memory inside one kernel is not seen). Used by
+    ``benchmarks/bench_flash.py`` and the chapter's section "FlashAttention's idea".
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
     tracker = _MemoryTracker()
     with tracker:
         result = fn(*args, **kwargs)

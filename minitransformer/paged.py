@@ -1,25 +1,20 @@
 """A paged KV cache: PagedAttention's memory layout in plain PyTorch.
 
-Explained in the chapter "Inference: the KV cache and the cost of attention"
-(``book/inference``), section "PagedAttention's idea".
-
-A server that reserves a contiguous ``max_len`` slab of keys and values for every request
-wastes whatever the request does not use. PagedAttention (Kwon et al., 2023, the vLLM paper)
-borrows virtual memory's answer: the cache is one pool of fixed-size *blocks* of
-``block_size`` positions, each sequence owns a *block table* (the list of its blocks, in
-order), blocks are allocated only when a sequence crosses into a new one, and a finished
-sequence returns its blocks to the pool. The waste per sequence is at most one partly filled
-block.
+Chapter "Inference: the KV cache and the cost of attention", section "PagedAttention's idea".
+Instead of a contiguous ``max_len`` slab per request, one pool of fixed-size *blocks* of
+``block_size`` positions is shared; each sequence owns a *block table* (its blocks, in order),
+gets a block only when it crosses into a new one and returns them when it finishes (Kwon et
+al., 2023, vLLM), so it wastes at most one partly filled block.
 
 Shapes: ``h_kv`` key/value heads, ``d`` head dimension, ``n`` new positions.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
+
+from minitransformer._checks import positive_int, tensor
 
 __all__ = ["OutOfBlocksError", "PagedKVCache"]
 
@@ -29,22 +24,13 @@ class OutOfBlocksError(RuntimeError):
 
 
 class PagedKVCache:
-    """A pool of KV blocks shared by many sequences, each with its own block table.
+    """A pool of ``num_blocks`` KV blocks shared by many sequences, each with its own block table.
 
-    Args:
-        num_blocks: blocks in the pool.
-        block_size: positions per block.
-        num_kv_heads: key/value heads ``h_kv`` stored per position.
-        head_dim: size ``d`` of one head's key (and value) vector.
-        dtype, device: of the pool tensors.
-
-    The pool holds ``keys`` and ``values`` of shape ``(num_blocks, h_kv, block_size, d)``.
-    Sequences are named by any hashable id.
-
-    Example::
+    ``keys`` and ``values`` are ``(num_blocks, h_kv, block_size, d)`` tensors of ``dtype`` (a
+    floating-point type) on ``device``; sequences are named by any hashable id::
 
         cache = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=2, head_dim=16)
-        cache.append("a", k, v)          # k, v: (h_kv, n, d)
+        cache.append("a", k, v)           # k, v: (h_kv, n, d)
         keys, values = cache.gather("a")  # (h_kv, length, d), contiguous
         cache.free("a")                   # its blocks go back to the pool
     """
@@ -55,22 +41,21 @@ class PagedKVCache:
         block_size: int,
         num_kv_heads: int,
         head_dim: int,
+        *,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ) -> None:
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size),
-                            ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
-        shape = (num_blocks, num_kv_heads, block_size, head_dim)
+        self.num_blocks = positive_int("num_blocks", num_blocks)
+        self.block_size = positive_int("block_size", block_size)
+        self.num_kv_heads = positive_int("num_kv_heads", num_kv_heads)
+        self.head_dim = positive_int("head_dim", head_dim)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+        shape = (self.num_blocks, self.num_kv_heads, self.block_size, self.head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (blocks, h_kv, block, d)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         # Hand out low block ids first (pop from the end of a reversed list).
-        self._free: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))
         self.block_tables: dict[object, list[int]] = {}
         self.lengths: dict[object, int] = {}
 
@@ -87,7 +72,7 @@ class PagedKVCache:
 
     def blocks_needed(self, length: int) -> int:
         """Blocks a sequence of ``length`` positions occupies: ``ceil(length / block_size)``."""
-        return math.ceil(length / self.block_size)
+        return -(-positive_int("length", length, allow_zero=True) // self.block_size)
 
     def used_positions(self) -> int:
         """Positions actually filled, summed over all sequences."""
@@ -99,15 +84,15 @@ class PagedKVCache:
 
     # ------------------------------------------------------------------ operations
     def append(self, seq_id: object, key: Tensor, value: Tensor) -> None:
-        """Append ``n`` positions to sequence ``seq_id``, allocating blocks on demand.
-
-        Args:
-            key, value: ``(h_kv, n, d)``; ``n`` may be 1 (a decoding step) or more (a prompt).
-
-        Raises:
-            ValueError: if the shapes do not match the cache.
-            OutOfBlocksError: if the pool has too few free blocks; nothing is written then.
-        """
+        """Append ``key``/``value`` ``(h_kv, n, d)`` (``n >= 0``) to sequence ``seq_id``,
+        allocating blocks on demand; :class:`OutOfBlocksError` (nothing written) if the pool has
+        too few free blocks."""
+        try:
+            hash(seq_id)
+        except TypeError:
+            raise TypeError(f"seq_id must be hashable, got {type(seq_id).__name__}") from None
+        tensor("key", key, kind="float")
+        tensor("value", value, kind="float")
         expected = (self.num_kv_heads, self.head_dim)
         if (key.dim() != 3 or value.shape != key.shape
                 or (key.shape[0], key.shape[2]) != expected):

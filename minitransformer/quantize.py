@@ -1,22 +1,23 @@
-"""Symmetric int8 quantisation, for the KV cache (chapter "Where next", section on quantisation).
+"""Symmetric int8 quantisation for the KV cache (chapter "Where next", section "Quantisation").
 
-A tensor is stored as int8 values and one float scale per *slice*: with ``dim=-1`` on a
-``(B, h, S, d_k)`` key tensor, one scale per (sequence, head, position), i.e. per token and
-head. Each slice is scaled so that its largest magnitude maps to 127:
+A tensor is stored as int8 values and one float scale per slice along ``dim`` (``dim=-1`` on
+a ``(B, h, S, d_k)`` key tensor: one scale per token and head), the slice's largest magnitude
+mapping to 127::
 
-    scale = max|x| / 127,    q = round(x / scale) in [-127, 127],    x ~ q * scale.
+    scale = max|x| / 127,    q = round(x / scale) in [-127, 127],    x ~ q * scale,
 
-Rounding to the nearest integer makes the round-trip error of every element at most half a
-step, ``|x - q * scale| <= scale / 2``; :func:`quantize_int8` is tested against that bound.
+so every element's round-trip error is at most half a step, ``scale / 2``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from minitransformer._checks import as_int, tensor
 from minitransformer.kv_cache import AttentionCache
 from minitransformer.kv_memory import kv_cache_bytes
 
@@ -26,6 +27,12 @@ QMAX = 127  # symmetric: -127..127, so that -x quantises to -q
 SCALE_DTYPE = torch.float16  # 2 bytes per scale
 
 
+def _float_dtype(name: str, dtype: object) -> torch.dtype:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
 @dataclass(frozen=True)
 class Int8Tensor:
     """int8 ``values`` and float ``scale`` (``values``' shape with the quantised dim set to 1)."""
@@ -33,8 +40,18 @@ class Int8Tensor:
     values: Tensor
     scale: Tensor
 
+    def __post_init__(self) -> None:
+        tensor("values", self.values)
+        if self.values.dtype != torch.int8:
+            raise TypeError(f"values must be an int8 tensor, got dtype {self.values.dtype}")
+        tensor("scale", self.scale, kind="float", ndim=self.values.dim())
+        if any(s not in (1, v) for s, v in zip(self.scale.shape, self.values.shape)):
+            raise ValueError(f"scale {tuple(self.scale.shape)} must have values' shape "
+                             f"{tuple(self.values.shape)} with some dimensions set to 1")
+
     def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """Back to floating point: ``values * scale``."""
+        """Back to floating point: ``values * scale``, in ``dtype``."""
+        dtype = _float_dtype("dtype", dtype)
         return self.values.to(dtype) * self.scale.to(dtype)
 
     @property
@@ -48,30 +65,34 @@ class Int8Tensor:
 
 
 def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTYPE) -> Int8Tensor:
-    """Quantise ``x`` to int8 with one scale per slice along ``dim`` (absmax, symmetric).
+    """Quantise floating-point ``x`` to int8 with one absmax scale per slice along ``dim``.
 
-    Args:
-        x: a floating-point tensor.
-        dim: the dimension each scale covers (``-1``: one scale per row, e.g. per token and
-            head for a ``(B, h, S, d_k)`` cache).
-        scale_dtype: how the scales are stored (float16 by default: 2 bytes per slice).
-
-    Returns:
-        an :class:`Int8Tensor` whose ``dequantize()`` is within ``scale / 2`` of ``x``
-        elementwise (the stored, rounded scale is the one used to quantise).
+    The scales are stored in ``scale_dtype`` (float16: 2 bytes per slice), and rounded before
+    quantising, so that ``dequantize()`` is within ``scale / 2`` of ``x`` elementwise.
     """
-    if not torch.is_floating_point(x):
-        raise TypeError(f"quantize_int8 needs a floating-point tensor, got dtype {x.dtype}")
+    tensor("x", x, kind="float")
     if x.dim() == 0:
-        raise ValueError("quantize_int8 needs at least one dimension to take scales over")
-    absmax = x.detach().abs().amax(dim=dim, keepdim=True).float()
+        raise ValueError("x must have at least one dimension to take scales over, got a 0-d tensor")
+    dim = as_int("dim", dim)
+    if not -x.dim() <= dim < x.dim():
+        raise ValueError(f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape "
+                         f"{tuple(x.shape)}, got {dim}")
+    scale_dtype = _float_dtype("scale_dtype", scale_dtype)
+    if x.shape[dim] == 0:  # empty slices: nothing to scale (they get scale 1 below)
+        shape = list(x.shape)
+        shape[dim] = 1
+        absmax = x.new_zeros(shape, dtype=torch.float32)
+    else:
+        absmax = x.detach().abs().amax(dim=dim, keepdim=True).float()
+    largest = float(absmax.max()) if absmax.numel() else 0.0
+    if not math.isfinite(largest):
+        raise ValueError(f"x must be finite to be quantised; its largest magnitude is {largest} "
+                         "(not finite)")
+    if largest / QMAX > torch.finfo(scale_dtype).max:
+        raise ValueError(f"x's largest magnitude {largest:.3g} gives a scale that does not fit "
+                         f"in scale_dtype {scale_dtype}")
     # Round the scale to its storage dtype *before* quantising, so that the values are
     # consistent with the scale that is kept; a zero slice gets scale 1 (its values are 0).
-    if not torch.isfinite(absmax).all() or float(absmax.max()) / QMAX > torch.finfo(scale_dtype).max:
-        raise ValueError(
-            f"cannot quantise: the largest magnitude {float(absmax.max()):.3g} is not finite or "
-            f"its scale does not fit in {scale_dtype}"
-        )
     scale = (absmax / QMAX).to(scale_dtype)
     # Rounding the scale down would push the largest entry past 127 (and clipping it would
     # break the error bound): step such scales up to the next representable number.
@@ -83,16 +104,14 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTY
 
 
 class Int8AttentionCache(AttentionCache):
-    """An :class:`~minitransformer.kv_cache.AttentionCache` that stores keys and values as int8.
+    """An :class:`~minitransformer.kv_cache.AttentionCache` that stores keys and values as int8
+    (section "An int8 KV cache for the trained model").
 
-    Each new position's key and value are quantised on arrival with one float16 scale per
-    (sequence, KV head, position), :func:`quantize_int8` over the head dimension, and
-    dequantised when attention reads them. Memory per cached element is 1 byte plus
-    ``2 / d_k`` for the scale, against 4 bytes in float32 or 2 in float16.
-
-    This simulates the *storage* of an int8 cache: the arithmetic stays in floating point.
-    Use it through ``greedy_decode(..., cache_cls=Int8AttentionCache)`` or
-    ``KVCache(..., cache_cls=Int8AttentionCache)``.
+    Each position's key and value are quantised on arrival (:func:`quantize_int8` over the head
+    dimension: one float16 scale per sequence, KV head and position) and dequantised when read,
+    so an element takes ``1 + 2 / d_k`` bytes instead of 4 (float32). Only the storage is
+    simulated; the arithmetic stays in floating point. Use it as ``cache_cls=`` of the decoders
+    or of :class:`~minitransformer.kv_cache.KVCache`.
     """
 
     _BUFFERS = ("keys", "values", "key_scales", "value_scales")

@@ -14,7 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minitransformer.data import BOS_ID, EOS_ID, PAD_ID, src_padding_mask
-from minitransformer.decoding import beam_search, greedy_decode, length_penalty_factor, sequence_score
+from minitransformer.decoding import (
+    beam_search,
+    beam_search_with_scores,
+    greedy_decode,
+    length_penalty_factor,
+    sequence_score,
+)
 from minitransformer.model import Transformer
 
 V = 12
@@ -97,9 +103,12 @@ def test_beam_size_one_equals_greedy(seed, src_seed, alpha, max_len) -> None:
 def test_returned_scores_equal_sequence_score() -> None:
     model, src = MODELS[3], sources(3)
     for alpha in (0.0, 0.6):
-        out, scores = beam_search(model, src, 9, BOS_ID, EOS_ID, beam_size=3,
-                                  length_penalty=alpha, return_scores=True)
-        torch.testing.assert_close(scores, sequence_score(model, src, out, EOS_ID, alpha),
+        out, scores = beam_search_with_scores(model, src, 9, BOS_ID, EOS_ID, beam_size=3,
+                                              length_penalty=alpha)
+        assert torch.equal(out, beam_search(model, src, 9, BOS_ID, EOS_ID, beam_size=3,
+                                            length_penalty=alpha))
+        torch.testing.assert_close(scores, sequence_score(model, src, out, EOS_ID,
+                                                          length_penalty=alpha),
                                    atol=1e-4, rtol=0)
 
 
@@ -115,7 +124,8 @@ def brute_force_best(model, src, max_len, alpha):
             and (tokens[-1] == EOS_ID or n == max_len - 1)  # no EOS: ran to max_len
         ]
         seqs = torch.tensor(outputs)  # all outputs of n tokens, scored in one batch
-        scores = sequence_score(model, src.expand(len(outputs), -1), seqs, EOS_ID, alpha)
+        scores = sequence_score(model, src.expand(len(outputs), -1), seqs, EOS_ID,
+                                length_penalty=alpha)
         i = int(scores.argmax())
         if float(scores[i]) > best[0]:
             best = (float(scores[i]), outputs[i])
@@ -130,13 +140,14 @@ def test_wide_beam_finds_the_exact_best_output(alpha: float) -> None:
     model = random_model(7, vocab=5, sharpen=1.0)
     src = torch.tensor([[3, 4, 4]])
     max_len = 4
-    out, score = beam_search(model, src, max_len, BOS_ID, EOS_ID, beam_size=5**3,
-                             length_penalty=alpha, return_scores=True)
+    out, score = beam_search_with_scores(model, src, max_len, BOS_ID, EOS_ID, beam_size=5**3,
+                                         length_penalty=alpha)
     want_score, want_seq = brute_force_best(model, src, max_len, alpha)
     assert abs(float(score[0]) - want_score) < 1e-4
     assert [t for t in out[0].tolist()][: len(want_seq)] == want_seq
     greedy = greedy_decode(model, src, max_len, BOS_ID, EOS_ID)
-    assert float(score[0]) >= float(sequence_score(model, src, greedy, EOS_ID, alpha)[0]) - 1e-5
+    greedy_score = sequence_score(model, src, greedy, EOS_ID, length_penalty=alpha)
+    assert float(score[0]) >= float(greedy_score[0]) - 1e-5
 
 
 def test_beam_never_scores_below_greedy_on_random_models() -> None:
@@ -151,8 +162,8 @@ def test_beam_never_scores_below_greedy_on_random_models() -> None:
         for alpha in (0.0, 0.6):
             greedy = greedy_decode(model, src, 10, BOS_ID, EOS_ID)
             beam = beam_search(model, src, 10, BOS_ID, EOS_ID, beam_size=4, length_penalty=alpha)
-            g = sequence_score(model, src, greedy, EOS_ID, alpha)
-            s = sequence_score(model, src, beam, EOS_ID, alpha)
+            g = sequence_score(model, src, greedy, EOS_ID, length_penalty=alpha)
+            s = sequence_score(model, src, beam, EOS_ID, length_penalty=alpha)
             lower += int((s < g - 1e-5).sum())
             higher += int((s > g + 1e-5).sum())
             total += len(g)
@@ -196,3 +207,196 @@ def test_bad_arguments_raise() -> None:
         greedy_decode(model, src, 5, BOS_ID, EOS_ID, src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match="batch size"):
         sequence_score(model, src, torch.ones(2, 3, dtype=torch.long), EOS_ID)
+
+
+# --- the rewrite on a fixed (B, beam_size) layout against the implementation it replaced ------
+
+from frozen_beam_search import frozen_beam_search  # noqa: E402
+
+from minitransformer.kv_cache import AttentionCache  # noqa: E402
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 3), src_seed=st.integers(0, 2**16), beam_size=st.integers(1, 6),
+       alpha=st.sampled_from([0.0, 0.6, 1.0]), max_len=st.integers(1, 10),
+       use_cache=st.booleans(), eos=st.sampled_from([EOS_ID, None]))
+def test_beam_search_equals_the_frozen_implementation(seed, src_seed, beam_size, alpha, max_len,
+                                                      use_cache, eos) -> None:
+    """Same tokens as the old per-example loops; the scores agree to float32 rounding (the
+    two run the model on batches of different sizes, whose products round differently)."""
+    model, src = MODELS[seed], sources(src_seed)
+    want, want_scores = frozen_beam_search(model, src, max_len, BOS_ID, eos, beam_size=beam_size,
+                                           length_penalty=alpha, return_scores=True,
+                                           use_cache=use_cache)
+    got, scores = beam_search_with_scores(model, src, max_len, BOS_ID, eos, beam_size=beam_size,
+                                          length_penalty=alpha, use_cache=use_cache)
+    assert torch.equal(got, want)
+    torch.testing.assert_close(scores, want_scores, atol=1e-5, rtol=0)
+
+
+class CountingCache(AttentionCache):
+    """The default cache, counting how many attention caches were made of it."""
+
+    made = 0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        CountingCache.made += 1
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search])
+def test_cache_cls_is_used_and_cached_equals_uncached(decode) -> None:
+    model, src = MODELS[1], sources(5)
+    CountingCache.made = 0
+    cached = decode(model, src, 9, BOS_ID, EOS_ID, cache_cls=CountingCache)
+    assert CountingCache.made == 2 * len(model.decoder.layers)  # self- and cross-attention
+    assert torch.equal(cached, decode(model, src, 9, BOS_ID, EOS_ID, use_cache=False))
+
+
+class SpyModel:
+    """Forwards encode/decode to a model and records the src_mask of every call."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model, self.decoder = model, model.decoder
+        self.tgt_vocab_size = model.tgt_vocab_size
+        self.masks: list = []
+
+    def encode(self, src, src_mask=None):
+        self.masks.append(src_mask)
+        return self.model.encode(src, src_mask)
+
+    def decode(self, tgt, memory, *, src_mask=None, cache=None):
+        self.masks.append(src_mask)
+        return self.model.decode(tgt, memory, src_mask=src_mask, cache=cache)
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search])
+def test_source_mask_is_built_once_and_left_out_without_padding(decode) -> None:
+    padded = sources(6)
+    spy = SpyModel(MODELS[2])
+    out = decode(spy, padded, 8, BOS_ID, eos_id=None)
+    assert len(spy.masks) == 8  # encode + 7 steps
+    assert torch.equal(spy.masks[0], src_padding_mask(padded))
+    assert len({id(m) for m in spy.masks[1:]}) == 1  # one mask tensor for every step
+    assert torch.equal(out, decode(MODELS[2], padded, 8, BOS_ID, eos_id=None))
+
+    full = padded[1:]  # no padding: no mask at all, and the tokens of an all-True mask
+    spy = SpyModel(MODELS[2])
+    out = decode(spy, full, 8, BOS_ID, EOS_ID)
+    assert all(m is None for m in spy.masks)
+    everywhere = torch.ones(3, 1, 1, full.shape[1], dtype=torch.bool)
+    assert torch.equal(out, decode(MODELS[2], full, 8, BOS_ID, EOS_ID, src_mask=everywhere))
+
+
+def test_one_mask_row_broadcasts_over_the_batch() -> None:
+    model, src = MODELS[3], sources(7)[1:]  # rows without padding
+    mask = torch.ones(1, 1, 1, src.shape[1], dtype=torch.bool)
+    mask[..., -1] = False  # hide the last source position of every row
+    expanded = mask.expand(src.shape[0], -1, -1, -1)
+    for decode in (greedy_decode, beam_search):
+        assert torch.equal(decode(model, src, 8, BOS_ID, EOS_ID, src_mask=mask),
+                           decode(model, src, 8, BOS_ID, EOS_ID, src_mask=expanded))
+
+
+def test_empty_batch_gives_empty_outputs_and_an_empty_source_a_clear_error() -> None:
+    model, empty = MODELS[0], torch.zeros(0, 5, dtype=torch.long)
+    assert greedy_decode(model, empty, 6, BOS_ID, EOS_ID).shape == (0, 1)  # every row has ended
+    assert greedy_decode(model, empty, 6, BOS_ID, None).shape == (0, 6)  # rows of max_len ids
+    out, scores = beam_search_with_scores(model, empty, 6, BOS_ID, EOS_ID)
+    assert out.shape == (0, 1) and out.dtype == torch.long and scores.shape == (0,)
+    assert sequence_score(model, empty, torch.zeros(0, 3, dtype=torch.long), EOS_ID).shape == (0,)
+    no_source = torch.zeros(2, 0, dtype=torch.long)
+    for decode in (greedy_decode, beam_search):
+        with pytest.raises(ValueError, match=r"src must have at least one position.*\(2, 0\)"):
+            decode(model, no_source, 6, BOS_ID, EOS_ID)
+
+
+def test_outputs_are_ordinary_tensors_and_options_are_keyword_only() -> None:
+    model, src = MODELS[0], sources(0)
+    out, scores = beam_search_with_scores(model, src, 6, BOS_ID, EOS_ID)
+    out[0, 0] = BOS_ID  # not an inference-mode tensor: in-place writes work
+    scores += 0
+    score = sequence_score(model, src, out, EOS_ID)
+    score += 0
+    with pytest.raises(TypeError):
+        beam_search(model, src, 6, BOS_ID, EOS_ID, 4)  # beam_size only by name
+    with pytest.raises(TypeError):
+        greedy_decode(model, src, 6, BOS_ID, EOS_ID, None)  # src_mask only by name
+
+
+SRC = sources(0)
+BAD_ARGUMENTS = [
+    # (which function, overrides of the good arguments, error, message)
+    ("both", {"src": SRC.tolist()}, TypeError, r"src must be a torch.Tensor \(B, S\)"),
+    ("both", {"src": SRC.float()}, TypeError, "src must be an integer tensor"),
+    ("both", {"src": SRC[None]}, ValueError, r"src must have 2 dimensions \(B, S\).*\(1, 4, 6\)"),
+    ("both", {"max_len": 0}, ValueError, "max_len must be positive, got 0"),
+    ("both", {"max_len": 2.5}, TypeError, "max_len must be an int"),
+    ("both", {"bos_id": -1}, ValueError, "bos_id must be >= 0, got -1"),
+    ("both", {"bos_id": 1.0}, TypeError, "bos_id must be an int"),
+    ("both", {"eos_id": V}, ValueError, f"eos_id must be < the model's tgt_vocab_size={V}, got {V}"),
+    ("both", {"pad_id": True}, TypeError, "pad_id must be an int, got bool"),
+    ("both", {"src_mask": torch.ones(4, 1, 1, 6)}, TypeError, "src_mask must be a boolean tensor"),
+    ("both", {"src_mask": torch.ones(4, 1, 6, dtype=torch.bool)}, ValueError,
+     r"src_mask must have 4 dimensions \(B, 1, 1, S\)"),
+    ("both", {"src_mask": torch.ones(2, 1, 1, 6, dtype=torch.bool)}, ValueError,
+     r"src_mask of shape \(2, 1, 1, 6\) does not match the batch of src \(4, 6\)"),
+    ("both", {"src_mask": torch.ones(4, 1, 6, 6, dtype=torch.bool)}, ValueError,  # broadcasts
+     r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 6, 6\)"),
+    ("both", {"src_mask": torch.ones(4, 1, 1, 1, dtype=torch.bool)}, ValueError,  # broadcasts
+     r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 1, 1\)"),
+    ("both", {"cache_cls": dict}, TypeError, "cache_cls must be a subclass of AttentionCache"),
+    ("beam", {"beam_size": 0}, ValueError, "beam_size must be positive, got 0"),
+    ("beam", {"beam_size": "4"}, TypeError, "beam_size must be an int"),
+    ("beam", {"length_penalty": -0.5}, ValueError, "length_penalty must be >= 0, got -0.5"),
+    ("beam", {"length_penalty": float("nan")}, ValueError, "length_penalty must be finite"),
+    ("beam", {"length_penalty": "0.6"}, TypeError, "length_penalty must be a real number"),
+]
+
+
+@pytest.mark.parametrize("which, overrides, error, match", BAD_ARGUMENTS)
+def test_each_bad_argument_gets_a_clear_error(which, overrides, error, match) -> None:
+    args = {"model": MODELS[0], "src": SRC, "max_len": 5, "bos_id": BOS_ID, "eos_id": EOS_ID,
+            **overrides}
+    functions = {"both": [greedy_decode, beam_search], "beam": [beam_search]}[which]
+    for decode in functions:
+        with pytest.raises(error, match=match):
+            decode(**args)
+
+
+def test_sequence_score_and_length_penalty_check_their_arguments() -> None:
+    model, src = MODELS[0], sources(0)
+    seqs = greedy_decode(model, src, 5, BOS_ID, EOS_ID)
+    with pytest.raises(TypeError, match="seqs must be an integer tensor, got dtype torch.float32"):
+        sequence_score(model, src, seqs.float(), EOS_ID)
+    with pytest.raises(ValueError, match=r"seqs must have 2 dimensions \(B, L\)"):
+        sequence_score(model, src, seqs[0], EOS_ID)
+    with pytest.raises(ValueError, match=r"seqs \(B, L\) = \(2, 5\) must have the batch size"):
+        sequence_score(model, src, seqs[:2], EOS_ID)
+    with pytest.raises(ValueError, match="length_penalty must be >= 0"):
+        sequence_score(model, src, seqs, EOS_ID, length_penalty=-1)
+    with pytest.raises(ValueError, match="eos_id must be >= 0"):
+        sequence_score(model, src, seqs, -2)
+    with pytest.raises(ValueError, match="src_mask of shape"):
+        sequence_score(model, src, seqs, EOS_ID, src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="alpha must be finite"):
+        length_penalty_factor(3, float("inf"))
+    with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+        length_penalty_factor(-1, 0.6)
+    with pytest.raises(TypeError, match="length must be an integer tensor"):
+        length_penalty_factor(torch.tensor([1.0, 2.0]), 0.6)
+
+
+# --- on the device of `pytest --device` --------------------------------------------------------
+
+def test_decoders_follow_the_device_of_their_inputs(device) -> None:
+    model, src = MODELS[3], sources(3)
+    on_device = random_model(3).to(device)  # a copy of MODELS[3]
+    greedy = greedy_decode(on_device, src.to(device), 9, BOS_ID, EOS_ID)
+    beam, scores = beam_search_with_scores(on_device, src.to(device), 9, BOS_ID, EOS_ID)
+    score = sequence_score(on_device, src.to(device), beam, EOS_ID)
+    assert greedy.device == beam.device == scores.device == score.device == src.to(device).device
+    # The same tokens as on the CPU (the seeded cases here have no near-ties).
+    assert torch.equal(greedy.cpu(), greedy_decode(model, src, 9, BOS_ID, EOS_ID))
+    assert torch.equal(beam.cpu(), beam_search(model, src, 9, BOS_ID, EOS_ID))
+    torch.testing.assert_close(score.cpu(), scores.cpu(), atol=1e-4, rtol=0)

@@ -116,11 +116,68 @@ def test_bad_shapes_raise(shapes, match):
         tiled_attention(q, k, v)
 
 
-@pytest.mark.parametrize("block_size", [0, -3, 2.5])
-def test_bad_block_size_raises(block_size):
+# A block size that is not an int is a wrong *kind* (TypeError, CONTRIBUTING "Errors"); this
+# test expected ValueError for 2.5 before the shared checks were used.
+@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError),
+                                               (2.5, TypeError), (True, TypeError)])
+def test_bad_block_size_raises(block_size, error):
     x = torch.zeros(1, 4, 4)
-    with pytest.raises(ValueError, match="block_size"):
+    with pytest.raises(error, match="block_size"):
         tiled_attention(x, x, x, block_size=block_size)
+
+
+def test_other_bad_arguments_raise():
+    x = torch.zeros(1, 4, 4)
+    with pytest.raises(TypeError, match="causal must be a bool, got int 1"):
+        tiled_attention(x, x, x, causal=1)
+    with pytest.raises(TypeError):
+        tiled_attention(x, x, x, 16)  # block_size only by name
+    with pytest.raises(TypeError, match="query must be a floating-point tensor"):
+        tiled_attention(x.long(), x, x)
+    with pytest.raises(TypeError, match="fn must be callable, got Tensor"):
+        peak_memory_bytes(x)
+
+
+def _step_inputs(T=3, S_blk=4, d_v=2):
+    return (torch.full((T, 1), float("-inf")), torch.zeros(T, 1), torch.zeros(T, d_v),
+            torch.randn(T, S_blk), torch.randn(S_blk, d_v))
+
+
+@pytest.mark.parametrize(
+    "position, bad, error, match",
+    [
+        (0, torch.zeros(3, 2), ValueError, r"m must have shape \(3, 1\).*got \(3, 2\)"),
+        (1, torch.zeros(2, 1), ValueError, r"l must have shape \(3, 1\)"),
+        (2, torch.zeros(3, 5), ValueError, r"acc must have shape \(3, 2\)"),
+        (4, torch.zeros(5, 2), ValueError, r"values must have shape \(4, 2\).*S_blk"),
+        (3, torch.zeros(3, 4, dtype=torch.long), TypeError, "scores must be a floating-point"),
+        (4, torch.zeros(4), ValueError, "values must have at least 2 dimensions"),
+    ],
+)
+def test_online_softmax_step_checks_shapes(position, bad, error, match):
+    args = list(_step_inputs())
+    args[position] = bad
+    with pytest.raises(error, match=match):
+        online_softmax_step(*args)
+
+
+def test_empty_inputs():
+    # No queries, or an empty batch: an empty output of the right shape, no error.
+    q, k, v = torch.randn(1, 0, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 3)
+    assert tiled_attention(q, k, v, block_size=2).shape == (1, 0, 3)
+    q, k, v = torch.randn(0, 2, 6, 4), torch.randn(0, 2, 5, 4), torch.randn(0, 2, 5, 3)
+    assert tiled_attention(q, k, v, block_size=2, causal=True).shape == (0, 2, 6, 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_follows_the_device_and_dtype_of_its_inputs(device, dtype):
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=gen, dtype=dtype).to(device) for _ in range(3))
+    for causal in (False, True):
+        got = tiled_attention(q, k, v, block_size=8, causal=causal)
+        assert got.device == q.device and got.dtype == dtype
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_peak_memory_counts_the_score_matrix():

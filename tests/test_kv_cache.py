@@ -8,7 +8,7 @@ import torch
 
 from minitransformer.attention import MultiHeadAttention, causal_mask
 from minitransformer.data import BOS_ID, EOS_ID, PAD_ID
-from minitransformer.decoding import beam_search, greedy_decode
+from minitransformer.decoding import beam_search_with_scores, greedy_decode
 from minitransformer.kv_cache import AttentionCache, KVCache
 from minitransformer.kv_memory import kv_cache_bytes
 from minitransformer.model import Transformer
@@ -99,10 +99,11 @@ def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
 def test_cached_beam_search_equals_uncached(seed, beam_size):
     model = _model(seed)
     src = _padded_sources(seed, [6, 2, 4])
-    cached, s_cached = beam_search(model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
-                                   beam_size=beam_size, return_scores=True)
-    uncached, s_uncached = beam_search(model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
-                                       beam_size=beam_size, return_scores=True, use_cache=False)
+    cached, s_cached = beam_search_with_scores(model, src, max_len=9, bos_id=BOS_ID,
+                                               eos_id=EOS_ID, beam_size=beam_size)
+    uncached, s_uncached = beam_search_with_scores(model, src, max_len=9, bos_id=BOS_ID,
+                                                   eos_id=EOS_ID, beam_size=beam_size,
+                                                   use_cache=False)
     assert torch.equal(cached, uncached)
     torch.testing.assert_close(s_cached, s_uncached, atol=1e-5, rtol=1e-5)
 

@@ -131,3 +131,50 @@ def test_bad_input_raises():
         cache.gather("nope")
     with pytest.raises(KeyError, match="unknown sequence"):
         cache.free("nope")
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        ((4, 0, 1, 2), {}, ValueError, "block_size must be positive, got 0"),
+        ((4, 4, -1, 2), {}, ValueError, "num_kv_heads must be positive, got -1"),
+        ((4, 4, 1, 2.0), {}, TypeError, "head_dim must be an int"),
+        ((4, 4, 1, 2), {"dtype": torch.long}, TypeError, "dtype must be a floating-point"),
+        ((4, 4, 1, 2, torch.float16), {}, TypeError, "positional"),  # dtype only by name
+    ],
+)
+def test_bad_sizes_raise(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        PagedKVCache(*args, **kwargs)
+
+
+def test_bad_appends_raise_and_leave_the_cache_unchanged():
+    cache = PagedKVCache(4, 4, num_kv_heads=2, head_dim=3)
+    with pytest.raises(TypeError, match="key must be a floating-point tensor"):
+        cache.append("a", torch.zeros(2, 1, 3, dtype=torch.long), torch.zeros(2, 1, 3))
+    with pytest.raises(TypeError, match="value must be a torch.Tensor"):
+        cache.append("a", torch.zeros(2, 1, 3), [[0.0]])
+    with pytest.raises(TypeError, match="seq_id must be hashable, got list"):
+        cache.append(["a"], torch.zeros(2, 1, 3), torch.zeros(2, 1, 3))
+    with pytest.raises(ValueError, match="length must be >= 0"):
+        cache.blocks_needed(-1)
+    assert cache.block_tables == {} and cache.num_free_blocks == 4
+
+
+def test_an_empty_append_allocates_nothing():
+    cache = PagedKVCache(4, 4, num_kv_heads=2, head_dim=3)
+    cache.append("a", torch.zeros(2, 0, 3), torch.zeros(2, 0, 3))
+    k, v = cache.gather("a")
+    assert k.shape == v.shape == (2, 0, 3) and cache.num_used_blocks == 0
+
+
+def test_pool_and_gather_follow_the_device_and_dtype(device):
+    gen = torch.Generator().manual_seed(5)
+    cache = PagedKVCache(8, 3, num_kv_heads=2, head_dim=4, dtype=torch.float64, device=device)
+    k, v = (torch.randn(2, 7, 4, generator=gen, dtype=torch.float64).to(device) for _ in range(2))
+    cache.append("a", k[:, :5], v[:, :5])
+    cache.append("b", k[:, :1], v[:, :1])  # interleaved: a's blocks are not contiguous
+    cache.append("a", k[:, 5:], v[:, 5:])
+    got_k, got_v = cache.gather("a")
+    assert got_k.device == k.device and got_k.dtype == torch.float64
+    assert torch.equal(got_k, k) and torch.equal(got_v, v)

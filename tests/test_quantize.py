@@ -55,6 +55,57 @@ def test_bad_input():
         quantize_int8(torch.tensor([1e9, 1.0]), scale_dtype=torch.float16)
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, error, match",
+    [
+        (([1.0, 2.0],), {}, TypeError, "x must be a torch.Tensor"),
+        ((torch.tensor(1.0),), {}, ValueError, "x must have at least one dimension"),
+        ((torch.zeros(2, 3),), {"dim": 2}, ValueError, r"dim must be in \[-2, 2\).*\(2, 3\), got 2"),
+        ((torch.zeros(2, 3),), {"dim": -3}, ValueError, "dim must be in"),
+        ((torch.zeros(2, 3),), {"dim": 1.0}, TypeError, "dim must be an int"),
+        ((torch.zeros(2, 3),), {"scale_dtype": torch.int8}, TypeError, "scale_dtype must be a floating-point"),
+        ((torch.tensor([1.0, float("nan")]),), {}, ValueError, "x must be finite"),
+    ],
+)
+def test_each_bad_argument_gets_a_clear_error(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        quantize_int8(*args, **kwargs)
+
+
+def test_int8_tensor_checks_its_parts():
+    from minitransformer.quantize import Int8Tensor
+
+    values = torch.zeros(2, 3, dtype=torch.int8)
+    with pytest.raises(TypeError, match="values must be an int8 tensor, got dtype torch.int64"):
+        Int8Tensor(values.long(), torch.ones(2, 1))
+    with pytest.raises(TypeError, match="scale must be a floating-point tensor"):
+        Int8Tensor(values, torch.ones(2, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="scale must have 2 dimensions"):
+        Int8Tensor(values, torch.ones(2))
+    with pytest.raises(ValueError, match=r"scale \(2, 2\) must have values' shape \(2, 3\)"):
+        Int8Tensor(values, torch.ones(2, 2))
+    with pytest.raises(TypeError, match="dtype must be a floating-point torch.dtype"):
+        Int8Tensor(values, torch.ones(2, 1)).dequantize(torch.int32)
+
+
+def test_empty_inputs_round_trip():
+    no_rows = quantize_int8(torch.zeros(0, 4))
+    assert no_rows.values.shape == (0, 4) and no_rows.scale.shape == (0, 1)
+    empty_rows = quantize_int8(torch.zeros(3, 0))
+    assert empty_rows.values.shape == (3, 0) and torch.equal(empty_rows.scale, torch.ones(3, 1, dtype=torch.float16))
+    assert empty_rows.dequantize().shape == (3, 0)
+
+
+def test_follows_the_device_of_its_input(device):
+    x = torch.randn(4, 5, 16, generator=torch.Generator().manual_seed(3)).to(device)
+    q = quantize_int8(x, dim=-1)
+    assert q.values.device == q.scale.device == x.device
+    assert q.dequantize(torch.float64).dtype == torch.float64
+    assert ((q.dequantize() - x).abs() <= q.scale.float() / 2 + 1e-6).all()
+    cpu = quantize_int8(x.cpu(), dim=-1)
+    assert torch.equal(q.values.cpu(), cpu.values) and torch.equal(q.scale.cpu(), cpu.scale)
+
+
 # --- the int8 KV cache -------------------------------------------------------------------
 
 from minitransformer.decoding import greedy_decode  # noqa: E402
@@ -112,3 +163,14 @@ def test_int8_cache_decodes_like_the_float_cache(seed):
     # A random model's logits are close together, so a rare flip is possible in principle;
     # on these seeded cases the tokens agree exactly.
     assert torch.equal(full, int8)
+
+
+def test_int8_cache_in_beam_search():
+    from minitransformer.decoding import beam_search
+
+    model = _model(1)
+    src = torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(1))
+    full = beam_search(model, src, 12, bos_id=1, eos_id=2, beam_size=3)
+    int8 = beam_search(model, src, 12, bos_id=1, eos_id=2, beam_size=3,
+                       cache_cls=Int8AttentionCache)
+    assert torch.equal(full, int8)  # as above: seeded cases without near-ties
