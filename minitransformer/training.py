@@ -83,8 +83,8 @@ def noam_learning_rate(
     a linear rise to ``scale * (d_model * warmup_steps)**-0.5`` at ``step = warmup_steps``,
     then ``step**-0.5``. Updates count from 1 (``step = 0`` gives 0). With ``decay_steps``,
     the last ``decay_steps`` updates up to ``total_steps`` are multiplied by a factor falling
-    linearly from 1 to ``1 / decay_steps`` (0 after ``total_steps``): section "A recipe that
-    holds".
+    linearly from 1 to ``1 / decay_steps`` (0 after ``total_steps``), so that a short toy run
+    ends at a small rate (section "Training on the reverse task").
     """
     step = _checks.positive_int("step", step, allow_zero=True)
     d_model = _checks.positive_int("d_model", d_model)
@@ -314,13 +314,12 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     rank = _checks.as_int("rank", rank)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
-    sizes: set[int] = set()
-    _map_tensors(lambda x: sizes.add(x.shape[0] if x.dim() else -1), batch)
-    if len(sizes) != 1 or -1 in sizes:
-        raise ValueError(
-            f"every tensor of a batch needs the same batch size B on dim 0, got sizes {sorted(sizes)}"
-        )
-    (B,) = sizes
+    sizes: set[str] = set()  # the dim-0 size of every tensor in the batch
+    _map_tensors(lambda x: sizes.add(str(x.shape[0]) if x.dim() else "0-d"), batch)
+    if len(sizes) != 1 or "0-d" in sizes:
+        raise ValueError(f"every tensor of a batch needs the same batch size B on dim 0, got "
+                         f"{', '.join(sorted(sizes)) or 'no tensor'}")
+    B = int(sizes.pop())
     if B % world_size:
         raise ValueError(
             f"batch size B={B} does not split into world_size={world_size} equal shards"
@@ -364,6 +363,25 @@ def _process_group() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (the CPU for a model without any)."""
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def _batch_stream(batches: Iterable[Any] | Callable[[], Any],
+                  num_steps: int | None) -> tuple[Iterable[Any], int | None]:
+    """``(iterable of at most num_steps batches, their number if known)``."""
+    if callable(batches):
+        if num_steps is None:
+            raise ValueError("batches is a function: pass num_steps (how many batches to draw)")
+        return (batches() for _ in range(num_steps)), num_steps
+    total = len(batches) if hasattr(batches, "__len__") else None
+    if num_steps is None:
+        return batches, total
+    return itertools.islice(batches, num_steps), num_steps if total is None else min(total, num_steps)
 
 
 def _mean_over_ranks(value: Tensor, world_size: int) -> float:
@@ -434,13 +452,7 @@ def train(
     pad_id = _checks.as_int("pad_id", pad_id)
     if clip_grad_norm is not None:
         clip_grad_norm = _checks.finite_float("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True)
-    if callable(batches):
-        if num_steps is None:
-            raise ValueError("batches is a function: pass num_steps (how many batches to draw)")
-        make = batches
-        batches = (make() for _ in range(num_steps))
-    elif num_steps is not None:
-        batches = itertools.islice(batches, num_steps)
+    batches, total = _batch_stream(batches, num_steps)
     if loss is None:
         if loss_fn is None:
             loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
@@ -449,13 +461,12 @@ def train(
             return seq2seq_loss(net, batch, loss_fn, pad_id=pad_id)
 
     rank, world_size = _process_group()
-    net = model
+    net = model  # what the loss calls: the model, or its DistributedDataParallel wrapper
     if isinstance(model, nn.parallel.DistributedDataParallel):
         model = model.module
     elif world_size > 1:
         net = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = _device_of(model)
 
     def to_device(x: Tensor) -> Tensor:
         return x.to(device)
@@ -476,9 +487,6 @@ def train(
             if eval_fn is not None:
                 history.eval_metric.append(float(eval_fn(model)))
 
-    total = num_steps
-    if hasattr(batches, "__len__"):
-        total = len(batches) if num_steps is None else min(num_steps, len(batches))
     bar = tqdm(total=total, desc=desc, disable=not progress or rank != 0, mininterval=1.0)
     start = time.perf_counter()
     step = 0
@@ -532,8 +540,7 @@ def evaluate_loss(
     plain cross-entropy ignoring ``pad_id``."""
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.0, ignore_index=pad_id)
-    param = next(model.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = _device_of(model)
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
