@@ -447,11 +447,13 @@ def test_sequence_accuracy_is_exact_match_of_greedy_decoding(one_thread):
 
 
 def test_reverse_task_reaches_99_percent_exact_match(one_thread):
-    """The paper's recipe (Adam 0.9/0.98/1e-9, warm-up schedule, label smoothing 0.1) trains a
-    one-layer model to reverse sequences of 6 to 8 tokens; exact-match accuracy of greedy
-    decoding on 500 held-out sequences (a different seed) must reach 99%. Seeded, CPU."""
+    """The paper's recipe (Adam 0.9/0.98/1e-9, warm-up schedule, label smoothing 0.1), with a
+    final linear decay, trains a one-layer model to reverse sequences of 6 to 8 tokens;
+    exact-match accuracy of greedy decoding on 500 held-out sequences (a different seed) must
+    reach 99%. Seeded, CPU. (Model seeds 0-4 gave 99.6-100% with the decay, 99.0-100% without.)"""
     model = _tiny_model(seed=0)
-    optimizer, scheduler = make_optimizer(model, warmup_steps=30, scale=0.5)
+    optimizer, scheduler = make_optimizer(model, warmup_steps=30, scale=0.5, total_steps=250,
+                                          decay_steps=220)
     train(model, _batches(0, 128, 6, 8), optimizer, scheduler,
           LabelSmoothingLoss(0.1, ignore_index=PAD_ID), num_steps=250, clip_grad_norm=1.0,
           progress=False)
