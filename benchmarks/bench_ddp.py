@@ -15,13 +15,17 @@ Each round runs the configurations in alternating order, each timing ``--updates
 after a few warm-up updates (process start-up is not timed); the report gives the median
 updates/s, the spread over rounds, and the median of the per-round ratios to the baseline.
 
-What to expect on a 2-core machine: not 2x. Two processes halve each update's arithmetic but
-not its fixed cost (Python, about 400 small operator calls, optimizer and scheduler), which
-dominates a model this small, and they add two all-reduces per update. About 1.2-1.6x when
-the machine is otherwise idle; on a shared machine, where other programs take the cores, two
-processes can be slower than one (each update waits for the slower of the two). Data
-parallelism pays off when one update's arithmetic dwarfs its fixed cost: larger models and
-batches, one GPU per process.
+What to expect on a 2-core machine: less than 2x. Two processes halve each update's
+arithmetic but not its fixed cost (Python, hundreds of small operator calls, the optimizer and
+the scheduler), which is a large part of an update for a model this small, and they add two
+all-reduces per update; every update also waits for the slower process, so other programs on
+the machine slow both. Intra-op threads suffer even more from a busy machine: each operation
+waits for its slowest thread. Data parallelism pays off when one update's arithmetic dwarfs
+its fixed cost: larger models and batches, one GPU per process.
+
+Measured on the shared 2-core machine (load average 3 to 7 from other jobs: noisy), two runs:
+1 process, 1 thread 35 and 27 updates/s; 2 processes 54 and 21 updates/s (x1.52 and x0.89 of
+it); 1 process, 2 threads 9 and 1.6 updates/s (x0.27 and x0.06).
 
 Run: ``.venv/bin/python benchmarks/bench_ddp.py [--rounds 3] [--updates 60]``
 """
