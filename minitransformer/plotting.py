@@ -16,6 +16,8 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
+from minitransformer import _checks
+
 __all__ = [
     "STYLE",
     "COLORS",
@@ -83,8 +85,9 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3
     It changes no global setting (call :func:`use_style` for the course style). ``width`` is
     capped at :data:`MAX_WIDTH`.
     """
-    if width <= 0 or height <= 0:
-        raise ValueError(f"width and height must be positive, got {width} x {height}")
+    ncols, nrows = _checks.positive_int("ncols", ncols), _checks.positive_int("nrows", nrows)
+    width = _checks.finite_float("width", width, low=0.0, low_open=True)
+    height = _checks.finite_float("height", height, low=0.0, low_open=True)
     return plt.subplots(nrows, ncols, figsize=(min(width, MAX_WIDTH), height),
                         constrained_layout=True, **kwargs)
 
@@ -167,8 +170,8 @@ def heatmap(
     """Draw a 2-D ``matrix`` on ``ax``, rows top to bottom as printed (row = query, column =
     key for attention weights); ``annotate`` writes each value in its cell. Returns the image."""
     m = _as_array(matrix, "matrix")
-    if m.ndim != 2:
-        raise ValueError(f"heatmap needs a 2-D matrix, got shape {m.shape}")
+    if m.ndim != 2 or m.size == 0:
+        raise ValueError(f"heatmap needs a non-empty 2-D matrix, got shape {m.shape}")
     for name, labels, n, what in (("xlabels", xlabels, m.shape[1], "columns"),
                                   ("ylabels", ylabels, m.shape[0], "rows")):
         if labels is not None and len(labels) != n:
@@ -214,14 +217,12 @@ def attention_heatmaps(
     w = _as_array(weights, "weights")
     if w.ndim == 2:
         w = w[None]
-    if w.ndim != 3:
-        raise ValueError(f"attention_heatmaps needs (h, T, S) or (T, S), got shape {w.shape}")
+    if w.ndim != 3 or w.size == 0:
+        raise ValueError(f"attention_heatmaps needs non-empty (h, T, S) or (T, S), got shape {w.shape}")
     h = w.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")
-    if not isinstance(max_cols, int) or max_cols < 1:
-        raise ValueError(f"max_cols must be a positive int, got {max_cols!r}")
-    ncols = min(h, max_cols)
+    ncols = min(h, _checks.positive_int("max_cols", max_cols))
     nrows = math.ceil(h / ncols)
     fig, grid = figure(ncols=ncols, nrows=nrows, width=width_per_map * ncols + 0.8,
                        height=height_per_row * nrows, squeeze=False)

@@ -538,6 +538,7 @@ def evaluate_loss(
     """The mean teacher-forced loss over ``batches`` (weighted by their non-padding target
     tokens), in eval mode, without gradients, on the model's device. ``loss_fn`` defaults to
     plain cross-entropy ignoring ``pad_id``."""
+    pad_id = _checks.as_int("pad_id", pad_id)
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.0, ignore_index=pad_id)
     device = _device_of(model)
@@ -553,7 +554,8 @@ def evaluate_loss(
     finally:
         model.train(was_training)
     if count == 0:
-        raise ValueError("evaluate_loss got no non-padding target tokens")
+        raise ValueError("evaluate_loss got no non-padding target tokens (no batch, or only "
+                         "padding)")
     return total / count
 
 

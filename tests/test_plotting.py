@@ -23,6 +23,8 @@ def test_heatmap_draws_the_matrix_and_rejects_3d() -> None:
     assert len(ax.texts) == 12  # one annotation per cell
     with pytest.raises(ValueError, match=r"2-D matrix, got shape \(2, 3, 4\)"):
         plotting.heatmap(ax, np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match=r"non-empty 2-D matrix, got shape \(0, 3\)"):
+        plotting.heatmap(ax, np.zeros((0, 3)))
     plt.close(fig)
 
 
@@ -33,6 +35,10 @@ def test_attention_heatmaps_one_axis_per_head() -> None:
     assert len(axes2) == 1
     with pytest.raises(ValueError, match=r"\(h, T, S\) or \(T, S\), got shape \(4,\)"):
         plotting.attention_heatmaps(torch.ones(4))
+    with pytest.raises(ValueError, match=r"got shape \(0, 2, 2\)"):
+        plotting.attention_heatmaps(torch.ones(0, 2, 2))  # no heads
+    with pytest.raises(ValueError, match="max_cols must be positive, got 0"):
+        plotting.attention_heatmaps(torch.ones(2, 2, 2), max_cols=0)
     plt.close("all")
 
 
@@ -81,8 +87,10 @@ def test_figure_changes_no_global_setting() -> None:
     fig, _ = plotting.figure(ncols=2, width=30)
     assert dict(plt.rcParams) == before  # nothing changed behind the caller's back
     assert fig.get_size_inches()[0] == plotting.MAX_WIDTH  # capped
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match="width must be > 0, got 0"):
         plotting.figure(width=0)
+    with pytest.raises(TypeError, match="ncols must be an int"):
+        plotting.figure(ncols=2.0)
     with plt.rc_context():  # use_style is the one explicit, global switch
         plotting.use_style()
         assert plt.rcParams["axes.grid"] and not plt.rcParams["axes.spines.top"]

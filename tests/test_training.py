@@ -584,6 +584,9 @@ def test_train_on_nothing_and_progress_bar(capsys):
     assert history.eval_loss[0] == pytest.approx(
         evaluate_loss(model, [held_out], LabelSmoothingLoss(0.1, ignore_index=PAD_ID)))
     assert train(model, _batches(0, 4, 1, 3), optimizer, num_steps=0, progress=False).loss == []
+    with pytest.raises(ValueError, match="no non-padding target tokens"):
+        evaluate_loss(model, [])
+    assert TrainHistory().smoothed() == []
     capsys.readouterr()
     train(model, _batches(0, 4, 1, 3), optimizer, num_steps=2, desc="a bar")
     assert "a bar" in capsys.readouterr().err  # a text bar outside notebooks
