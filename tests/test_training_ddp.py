@@ -7,7 +7,8 @@ shards (the same number of counted target tokens on every process) the mean over
 the per-shard mean losses is the mean loss of the whole batch, so the averaged gradient is the
 gradient one process computes on the global batch. Every process then takes the same optimizer
 step (clipping sees the averaged gradient, hence the global norm), and the weights stay equal,
-up to rounding (sums taken in another order).
+up to rounding (sums taken in another order). Over hundreds of updates those rounding
+differences grow, as between two CPUs, so the test compares after a few updates.
 
 What breaks the equality: shards of unequal size, or with different numbers of padding
 tokens (each process averages over its own token count, and the mean of means is then not the
