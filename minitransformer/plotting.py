@@ -218,7 +218,8 @@ def attention_heatmaps(
     if w.ndim == 2:
         w = w[None]
     if w.ndim != 3 or w.size == 0:
-        raise ValueError(f"attention_heatmaps needs non-empty (h, T, S) or (T, S), got shape {w.shape}")
+        raise ValueError(
+            f"attention_heatmaps needs non-empty (h, T, S) or (T, S), got shape {w.shape}")
     h = w.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")
@@ -420,7 +421,8 @@ def bar_plot(ax, categories: Sequence, series, *, xlabel: str | None = None,
     for i, (label, values) in enumerate(series.items()):
         v = _as_array(values, f"series {label!r}")
         if v.shape != positions.shape:
-            raise ValueError(f"series {label!r} has shape {v.shape} for {len(categories)} categories")
+            raise ValueError(
+                f"series {label!r} has shape {v.shape} for {len(categories)} categories")
         offset = (i - (len(series) - 1) / 2) * width
         bars.append(ax.bar(positions + offset, v, width=width, label=label,
                            color=_CYCLE[i % len(_CYCLE)]))
@@ -438,7 +440,8 @@ def scatter_plot(ax, x, y, *, values=None, label: str | None = None, size: float
         raise ValueError(f"x has shape {xs.shape}, y has shape {ys.shape}")
     color = color or COLORS["measured"]
     if hollow:
-        return ax.scatter(xs, ys, s=size, facecolors="none", edgecolors=color, label=label, zorder=3)
+        return ax.scatter(xs, ys, s=size, facecolors="none", edgecolors=color, label=label,
+                          zorder=3)
     if values is not None:
         c = _as_array(values, "values")
         if c.shape != xs.shape:

@@ -192,7 +192,9 @@ class LabelSmoothingLoss(nn.Module):
     ) -> None:
         super().__init__()
         self.epsilon = _checks.probability("epsilon", epsilon)
-        self.ignore_index = None if ignore_index is None else _checks.as_int("ignore_index", ignore_index)
+        if ignore_index is not None:
+            ignore_index = _checks.as_int("ignore_index", ignore_index)
+        self.ignore_index = ignore_index
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.reduction = reduction
@@ -270,7 +272,8 @@ def _split_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor]:
             f"tgt_out (B, T) = {tuple(tgt_out.shape)} must have one batch size"
         )
     if src.shape[0] == 0 or src.shape[1] == 0:
-        raise ValueError(f"a batch needs B >= 1 rows and S >= 1 source tokens, got src {tuple(src.shape)}")
+        raise ValueError(f"a batch needs B >= 1 rows and S >= 1 source tokens, got src "
+                         f"{tuple(src.shape)}")
     return src, tgt_in, tgt_out
 
 
@@ -381,7 +384,8 @@ def _batch_stream(batches: Iterable[Any] | Callable[[], Any],
     total = len(batches) if hasattr(batches, "__len__") else None
     if num_steps is None:
         return batches, total
-    return itertools.islice(batches, num_steps), num_steps if total is None else min(total, num_steps)
+    total = num_steps if total is None else min(total, num_steps)
+    return itertools.islice(batches, num_steps), total
 
 
 def _mean_over_ranks(value: Tensor, world_size: int) -> float:
@@ -437,7 +441,8 @@ def train(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
     for name, fn in (("loss", loss), ("eval_fn", eval_fn)):
@@ -451,7 +456,8 @@ def train(
     eval_every = _checks.positive_int("eval_every", eval_every)
     pad_id = _checks.as_int("pad_id", pad_id)
     if clip_grad_norm is not None:
-        clip_grad_norm = _checks.finite_float("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True)
+        clip_grad_norm = _checks.finite_float("clip_grad_norm", clip_grad_norm, low=0.0,
+                                              low_open=True)
     batches, total = _batch_stream(batches, num_steps)
     if loss is None:
         if loss_fn is None:
