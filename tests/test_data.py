@@ -124,3 +124,40 @@ def test_bad_arguments_raise() -> None:
         make_batch("copy", 2, 1, 3, 10, 42)
     with pytest.raises(ValueError, match=r"\(n,\)"):
         apply_task("sort", torch.ones(2, 3, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda g: make_batch(3, 2, 1, 3, 10, g), TypeError, "task must be a str"),
+        (lambda g: make_batch("copy", 2.0, 1, 3, 10, g), TypeError, "batch_size must be an int"),
+        (lambda g: make_batch("copy", 2, 0, 3, 10, g), ValueError, "min_len must be positive, got 0"),
+        (lambda g: make_batch("copy", 2, 1, True, 10, g), TypeError, "max_len must be an int, got bool"),
+        (lambda g: apply_task("copy", torch.ones(3)), TypeError, "tokens must be an integer tensor"),
+        (lambda g: src_padding_mask(torch.ones(2, 3)), TypeError, "src must be an integer tensor"),
+        (lambda g: src_padding_mask(torch.ones(2, 3, dtype=torch.long), pad_id=0.5), TypeError,
+         "pad_id must be an int"),
+        (lambda g: strip_special(torch.ones(2, 3, dtype=torch.long)), ValueError,
+         r"row must have 1 dimensions \(length,\), got shape \(2, 3\)"),
+        (lambda g: strip_special([1, 2.5]), TypeError, r"row\[i\] must be an int"),
+    ],
+)
+def test_bad_kinds_and_values_name_the_argument(call, error, words) -> None:
+    with pytest.raises(error, match=words):
+        call(torch.Generator().manual_seed(0))
+
+
+def test_empty_inputs_work() -> None:
+    """Empty sequences and batches of zero rows are valid input where they make sense."""
+    assert apply_task("reverse", torch.zeros(0, dtype=torch.long)).shape == (0,)
+    assert strip_special([]) == [] and strip_special([BOS_ID, EOS_ID]) == []
+    assert src_padding_mask(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 1, 1, 4)
+
+
+def test_make_batch_on_device(device) -> None:
+    batch = make_batch("sort", 4, 2, 5, 11, torch.Generator().manual_seed(0), device=device)
+    cpu = make_batch("sort", 4, 2, 5, 11, torch.Generator().manual_seed(0))
+    for on_device, reference in zip(batch, cpu):
+        assert on_device.device.type == device.type
+        assert torch.equal(on_device.cpu(), reference)  # the same draw, whatever the device
+    assert batch.src_mask.device.type == device.type
