@@ -154,19 +154,20 @@ def test_attention_crash_in_learner_code_is_reported() -> None:
 
 
 def test_attention_mistakes_are_distinguishable() -> None:
-    """The checker's test inputs tell every mistake apart from the right answer and from the
-    other mistakes (otherwise a hint could name the wrong mistake)."""
-    from minitransformer.exercises.attention import _ATTENTION_MISTAKES, _MASK_MISTAKES, _attention_variant
-
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
-    k = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
-    v = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64)
-    mask = torch.rand(2, 3, 4, generator=gen) < 0.5
-    mask[..., 0] = True
-    mask[..., 1] = False
-    for mistakes, m in ((_ATTENTION_MISTAKES, None), (_MASK_MISTAKES, mask)):
-        outs = [_attention_variant(q, k, v, m)] + [_attention_variant(q, k, v, m, **kw) for kw, _ in mistakes]
+    """The checker's 3-D inputs (without and with a mask) tell every mistake that can show there
+    apart from the right answer and from the other mistakes (otherwise a hint could name the
+    wrong mistake); a mistake that cannot show on a case gives the right answer there."""
+    spec = check_attention.spec
+    for case in spec.cases()[:2]:
+        inputs = case.inputs
+        right = spec.reference(**inputs)[0]
+        outs = [right]
+        for mistake in spec.mistakes:
+            for wrong in mistake.wrong:
+                out = wrong(*inputs.values())[0]
+                if not torch.allclose(out, right):
+                    outs.append(out)
+        assert len(outs) >= 6  # the reference and at least the five unmasked mistakes
         for i in range(len(outs)):
             for j in range(i):
                 assert not torch.allclose(outs[i], outs[j], atol=1e-3)
