@@ -159,12 +159,11 @@ def test_attention_mistakes_are_distinguishable() -> None:
     wrong mistake); a mistake that cannot show on a case gives the right answer there."""
     spec = check_attention.spec
     for case in spec.cases()[:2]:
-        inputs = case.inputs
-        right = spec.reference(**inputs)[0]
+        right = spec.call(spec.reference, case.inputs)[0]
         outs = [right]
         for mistake in spec.mistakes:
             for wrong in mistake.wrong:
-                out = wrong(*inputs.values())[0]
+                out = spec.call(wrong, case.inputs)[0]
                 if not torch.allclose(out, right):
                     outs.append(out)
         assert len(outs) >= 6  # the reference and at least the five unmasked mistakes

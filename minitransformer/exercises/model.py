@@ -13,10 +13,6 @@ from minitransformer.model import DecoderLayer, EncoderLayer, Transformer
 __all__ = ["check_decoder_mask", "check_layer_parameters", "check_next_token"]
 
 
-# --------------------------------------------------------------------------------------
-# Exercise 1: the decoder mask, causal and padding
-# --------------------------------------------------------------------------------------
-
 
 def _decoder_mask(lengths, T):
     """``(B, 1, T, T)``: query t may attend to key s iff ``s <= t`` and ``s < lengths[b]``."""
@@ -29,8 +25,8 @@ def _full(mask, lengths, T):
 
 _DECODER_MASK_MISTAKES = [
     when(lambda got: got.dtype != torch.bool,
-         "the mask has dtype {got.dtype}; it must be boolean (True = may attend). Compare with `<` / "
-         "`<=` or use `.tril()` on a boolean tensor"),
+         "the mask has dtype {got.dtype}; it must be boolean (True = may attend). Compare with `<` "
+         "/ `<=` or use `.tril()` on a boolean tensor"),
     when(lambda got: got.dim() == 2,
          "the mask has shape {got.shape}: one (T, T) matrix cannot hide the padding of each "
          "sequence. Combine the causal (T, T) mask with a per-sequence (B, 1, 1, T) padding mask "
@@ -41,8 +37,8 @@ _DECODER_MASK_MISTAKES = [
          "the values are right but the shape is {got.shape}; return shape (B, 1, T, T) = "
          "{want.shape}, the 1 for the heads (the mask is the same for every head)"),
     when(lambda got, want: torch.equal(got, ~want),
-         "your mask is inverted: True must mean *may attend* (PyTorch's nn.Transformer uses "
-         "True = blocked; this course does not)"),
+         "your mask is inverted: True must mean *may attend* (PyTorch's nn.Transformer uses True = "
+         "blocked; this course does not)"),
     like(lambda lengths, T: _full(causal_mask(T), lengths, T),
          "your mask is only causal: sequence 1 has 3 real tokens, so keys 3 and 4 are padding and "
          "must be hidden too. AND it with the padding mask"),
@@ -60,17 +56,13 @@ _DECODER_MASK_MISTAKES = [
 
 @checker("decoder self-attention mask (causal and padding)", reference=_decoder_mask,
          mistakes=_DECODER_MASK_MISTAKES, returns="decoder_mask(lengths=[5, 3, 1], T=5)",
-         otherwise="It should be causal_mask(T) & padding_mask(lengths, T); check row 2 of sequence 1: "
-                   "it should be [True, True, True, False, False]")
+         otherwise="It should be causal_mask(T) & padding_mask(lengths, T); check row 2 of "
+                   "sequence 1: it should be [True, True, True, False, False]")
 def check_decoder_mask():
     """Check ``fn(lengths, T)`` -> boolean ``(B, 1, T, T)``, True = may attend, where
     ``lengths`` ``(B,)`` holds the number of real target tokens of each sequence."""
     return [Case(lengths=torch.tensor([5, 3, 1]), T=5)]
 
-
-# --------------------------------------------------------------------------------------
-# Exercise 2: the parameters of a layer
-# --------------------------------------------------------------------------------------
 
 
 def _layer_parameters(d_model, d_ff, decoder):
@@ -79,43 +71,47 @@ def _layer_parameters(d_model, d_ff, decoder):
     return sum(p.numel() for p in layer.parameters())
 
 
+def _short_by(*missing):
+    """The count is the right one minus ``missing(d_model, d_ff, decoder)`` (any of them)."""
+    return lambda got, want, d_model, d_ff, decoder: any(
+        got == want - n(d_model, d_ff, decoder) for n in missing)
+
+
 _LAYER_MISTAKES = [
-    when(lambda got: not isinstance(got, (int, float)), "{where} should return a number, got {got_type}"),
-    when(lambda got, want, d_model, d_ff, decoder: got == want - (2 if decoder else 1) * 4 * d_model - d_ff - d_model,
+    when(lambda got: not isinstance(got, (int, float)),
+         "{where} should return a number, got {got_type}"),
+    when(_short_by(lambda d, f, dec: (2 if dec else 1) * 4 * d + f + d),
          "{where} = {got:,} misses the biases: each of the 4 attention projections has a bias of "
          "d_model entries, and the FFN's two linear maps have biases of d_ff and d_model"),
-    when(lambda got, want, d_model, decoder: got == want - (3 if decoder else 2) * 2 * d_model,
-         lambda where, got, decoder: f"{where} = {got:,} misses the LayerNorms: each has a gain and a "
-         f"bias of d_model entries, and this layer has {3 if decoder else 2} of them"),
-    when(lambda got, want, d_model, decoder: decoder and got == want - 4 * d_model**2 - 6 * d_model,
+    when(_short_by(lambda d, f, dec: (3 if dec else 2) * 2 * d),
+         lambda where, got, decoder: f"{where} = {got:,} misses the LayerNorms: each has a gain "
+         f"and a bias of d_model entries, and this layer has {3 if decoder else 2} of them"),
+    when(_short_by(lambda d, f, dec: dec * (4 * d * d + 6 * d)),
          "{where} = {got:,} looks like an encoder layer: a decoder layer also has cross-attention "
          "(4 more projections) and a third LayerNorm"),
-    when(lambda got, want, d_model, decoder: decoder and got == want - 4 * d_model**2 - 4 * d_model,
+    when(_short_by(lambda d, f, dec: dec * (4 * d * d + 4 * d)),
          "{where} = {got:,} misses the cross-attention's 4 projections"),
-    when(lambda got, want, d_model, decoder: decoder and got == want - 2 * d_model,
+    when(_short_by(lambda d, f, dec: dec * 2 * d),
          "{where} = {got:,} misses the third LayerNorm (after cross-attention)"),
-    when(lambda got, want, d_model: got == want - d_model**2 - d_model,
+    when(_short_by(lambda d, f, dec: d * d + d),
          "{where} = {got:,} misses one projection per attention: there are four, W^Q, W^K, W^V and "
          "the output projection W^O"),
-    when(lambda got, want, d_model, d_ff: got in (want - d_model * d_ff - d_ff, want - d_ff * d_model - d_model),
-         "{where} = {got:,} counts only one of the FFN's two linear maps (d_model -> d_ff and "
-         "d_ff -> d_model)"),
+    when(_short_by(lambda d, f, dec: d * f + f, lambda d, f, dec: f * d + d),
+         "{where} = {got:,} counts only one of the FFN's two linear maps (d_model -> d_ff and d_ff "
+         "-> d_model)"),
 ]
 
 
-@checker("parameters of an encoder or decoder layer", reference=_layer_parameters, mistakes=_LAYER_MISTAKES,
-         returns="", otherwise="Count per attention 4 * (d_model^2 + d_model), for the FFN "
-                               "2 * d_model * d_ff + d_ff + d_model, per LayerNorm 2 * d_model")
+@checker("parameters of an encoder or decoder layer", reference=_layer_parameters,
+         mistakes=_LAYER_MISTAKES, returns="",
+         otherwise="Count per attention 4 * (d_model^2 + d_model), for the FFN "
+                   "2 * d_model * d_ff + d_ff + d_model, per LayerNorm 2 * d_model")
 def check_layer_parameters():
-    """Check ``fn(d_model, d_ff, decoder)`` against the parameters of the package's
-    :class:`~minitransformer.model.EncoderLayer` and :class:`~minitransformer.model.DecoderLayer`."""
-    return [Case(f"count(d_model={d}, d_ff={f}, decoder={decoder})", d_model=d, d_ff=f, decoder=decoder)
-            for d, f in ((512, 2048), (64, 256), (24, 40)) for decoder in (False, True)]
-
-
-# --------------------------------------------------------------------------------------
-# Exercise 3: one step of greedy decoding
-# --------------------------------------------------------------------------------------
+    """Check ``fn(d_model, d_ff, decoder)`` against the parameter count of the package's
+    :class:`~minitransformer.model.EncoderLayer` and
+    :class:`~minitransformer.model.DecoderLayer`."""
+    return [Case(f"count(d_model={d}, d_ff={f}, decoder={dec})", d_model=d, d_ff=f, decoder=dec)
+            for d, f in ((512, 2048), (64, 256), (24, 40)) for dec in (False, True)]
 
 
 def _logits(model, src, prefix):
@@ -137,14 +133,17 @@ _NEXT_TOKEN_MISTAKES = [
 ]
 
 
-@checker("one step of greedy decoding", mistakes=_NEXT_TOKEN_MISTAKES, returns="next_token(model, src, prefix)",
+@checker("one step of greedy decoding", mistakes=_NEXT_TOKEN_MISTAKES,
          reference=lambda model, src, prefix: _logits(model, src, prefix)[:, -1].argmax(-1),
-         otherwise="Your ids differ from model(src, prefix)[:, -1].argmax(-1): run the whole prefix "
-                   "through the model (teacher forcing the known tokens) and read the last position")
+         returns="next_token(model, src, prefix)",
+         otherwise="Your ids differ from model(src, prefix)[:, -1].argmax(-1): run the whole "
+                   "prefix through the model (teacher forcing the known tokens) and read the last "
+                   "position")
 def check_next_token(gen):
     """Check ``fn(model, src, prefix)`` -> ``(B,)`` ids of the most likely next token."""
     model = seeded(0, lambda: Transformer(13, 13, d_model=16, num_heads=2, num_layers=1, d_ff=32,
                                           dropout=0.0, max_len=16).eval())
     src = torch.randint(3, 13, (3, 5), generator=gen)
-    prefix = torch.cat([torch.ones(3, 1, dtype=torch.long), torch.randint(3, 13, (3, 3), generator=gen)], dim=1)
-    return [Case("for B = 3", model=model, src=src, prefix=prefix)]  # prefix: BOS + 3 tokens
+    prefix = torch.cat([torch.ones(3, 1, dtype=torch.long),  # BOS, then 3 tokens
+                        torch.randint(3, 13, (3, 3), generator=gen)], dim=1)
+    return [Case("for B = 3", model=model, src=src, prefix=prefix)]

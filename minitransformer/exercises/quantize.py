@@ -12,7 +12,7 @@ __all__ = ["check_quantize_rows"]
 
 
 def _quantize(x):
-    """``(values, scale)``: int8 ``round(x / scale)`` with ``scale = max|row| / 127``, 1 for a zero row."""
+    """int8 ``values = round(x / scale)`` and ``scale = max|row| / 127`` (1 for a zero row)."""
     absmax = x.abs().amax(dim=-1, keepdim=True)  # (R, 1)
     scale = torch.where(absmax > 0, absmax / QMAX, torch.ones_like(absmax))
     return torch.round(x / scale).to(torch.int8), scale
@@ -23,8 +23,9 @@ def _same_quantisation(got, want):
     (values, scale), (want_values, want_scale) = got, want
     scale = torch.as_tensor(scale)
     rows = want_values.ne(0).any(-1)  # the rows that are not all zero
-    return (values.dtype == torch.int8 and torch.equal(values, want_values) and scale.shape == want_scale.shape
-            and close(scale[rows], want_scale[rows], atol=0, rtol=1e-3) and bool((scale[~rows] > 0).all()))
+    return (values.dtype == torch.int8 and torch.equal(values, want_values)
+            and scale.shape == want_scale.shape and bool((scale[~rows] > 0).all())
+            and close(scale[rows], want_scale[rows], atol=0, rtol=1e-3))
 
 
 def _ratio(got, x):
@@ -37,7 +38,8 @@ _QUANTIZE_MISTAKES = [
     when(lambda got: not (isinstance(got, tuple) and len(got) == 2),
          "your function returns a {got_type}; return a pair (values, scale)"),
     when(lambda got: got[0].dtype != torch.int8,
-         "values should be an int8 tensor, got {got[0].dtype}: round, then convert with .to(torch.int8)"),
+         "values should be an int8 tensor, got {got[0].dtype}: round, then convert with "
+         ".to(torch.int8)"),
     when(lambda got: torch.as_tensor(got[1]).numel() == 1,
          "you use one scale for the whole tensor: a row of small numbers then rounds to zero. Take "
          "the maximum over the last dimension only (amax(dim=-1, keepdim=True))"),
@@ -45,9 +47,11 @@ _QUANTIZE_MISTAKES = [
          "scale has shape {got[1].shape}, expected {want[1].shape}: one scale per row, kept as a "
          "column (keepdim=True) so that it broadcasts"),
     when(lambda got: not (torch.isfinite(got[1]).all() and (got[1][5] != 0).all()),
-         "an all-zero row gives scale 0 and 0/0 = NaN: use scale 1 (or any positive number) for it"),
+         "an all-zero row gives scale 0 and 0/0 = NaN: use scale 1 (or any positive number) for "
+         "it"),
     *(when(lambda got, x, q=q: abs(_ratio(got, x) - q) < 0.5,
-           f"your scale is max|x| / {q}; with symmetric int8 in [-127, 127] it should be max|x| / 127, "
+           f"your scale is max|x| / {q}; with symmetric int8 in [-127, 127] it should be max|x| / "
+           f"127, "
            "so that the largest magnitude maps to 127 exactly")
       for q in (128, 255, 256)),
     when(lambda got, x: close(got[1][:5], x[:5].amax(-1, keepdim=True) / QMAX, atol=0, rtol=1e-3),
@@ -60,14 +64,16 @@ _QUANTIZE_MISTAKES = [
 ]
 
 
-@checker("int8 quantisation with one scale per row", reference=_quantize, mistakes=_QUANTIZE_MISTAKES,
-         compare=_same_quantisation, returns=("the values", "the scale"),
+@checker("int8 quantisation with one scale per row", reference=_quantize,
+         mistakes=_QUANTIZE_MISTAKES, compare=_same_quantisation,
+         returns=("the values", "the scale"),
          otherwise="The values should be round(x / scale)")
 def check_quantize_rows(gen):
     """Check ``fn(x)`` for ``x`` ``(R, C)``: int8 ``values`` ``(R, C)`` and float ``scale``
     ``(R, 1)`` with ``scale = max|row| / 127`` and ``values = round(x / scale)``, so that
     ``values * scale`` is within ``scale / 2`` of ``x``."""
-    x = torch.randn(6, 16, generator=gen) * torch.tensor([0.01, 0.1, 1.0, 10.0, 100.0, 3.0])[:, None]
+    scales = torch.tensor([[0.01], [0.1], [1.0], [10.0], [100.0], [3.0]])
+    x = torch.randn(6, 16, generator=gen) * scales  # rows of very different sizes
     x[5] = 0.0  # an all-zero row: its scale must not be 0 (0/0 = NaN)
     x[2, 3] = -5.0  # the largest magnitude of row 2 is negative: abs() before max()
     return [Case("for x of shape (6, 16)", x=x)]
