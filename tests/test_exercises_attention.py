@@ -16,7 +16,7 @@ from minitransformer.exercises import (
     check_cross_attention_shapes,
 )
 
-from checker_helpers import rejects as _rejects, stub, verdict as _verdict
+from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
 
 
 
@@ -146,6 +146,27 @@ def test_attention_rejects_overflow_on_large_scores() -> None:
     _rejects(check_attention, naive_softmax, r"differs|inf or NaN")
 
 
+def test_attention_scaling_the_query_in_place_cannot_fool_the_checker() -> None:
+    """The query scaled in place, then the scores scaled again: 1/d_k overall. The checker used to
+    compute its reference from the scaled query afterwards and say "Correct"."""
+    def scaled_twice(query, key, value, mask=None):
+        query /= math.sqrt(query.shape[-1])
+        return make_attention()(query, key, value, mask)
+
+    message = rejects_in_place(check_attention, scaled_twice, "query", right=False)
+    assert message.endswith("you divide the scores by d_k; the paper divides by sqrt(d_k) (math.sqrt(d_k))")
+
+
+def test_attention_right_but_in_place_is_rejected_for_the_change_not_for_the_scaling() -> None:
+    """A right answer that scales the query in place used to get "you forgot the scaling"."""
+    def scaled_in_place(query, key, value, mask=None):
+        query /= math.sqrt(query.shape[-1])
+        return make_attention(scale="none")(query, key, value, mask)
+
+    message = rejects_in_place(check_attention, scaled_in_place, "query", right=True)
+    assert "forgot the scaling" not in message
+
+
 def test_attention_crash_in_learner_code_is_reported() -> None:
     def typo(query, key, value, mask=None):
         return undefined_name  # noqa: F821
@@ -202,6 +223,13 @@ def test_causal_mask_accepts_right_answers(capsys) -> None:
 )
 def test_causal_mask_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_causal_mask, fn, hint)
+
+
+def test_causal_mask_and_shapes_take_only_numbers() -> None:
+    """Their inputs are Python ints, which a function cannot change in place: no in-place test."""
+    for check in (check_causal_mask, check_cross_attention_shapes):
+        assert all(isinstance(x, int) for case in check.spec.cases() for x in case.inputs.values()
+                   if not isinstance(x, str))
 
 
 # ------------------------------------------------------------------ exercise 3: shapes

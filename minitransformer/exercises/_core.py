@@ -20,8 +20,9 @@ import random
 import re
 import string
 import traceback
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,19 +71,19 @@ class Mistake:
     """
 
     hint: str | Callable[..., str]
-    wrong: tuple[Callable[..., object], ...] = ()
-    when: Callable[..., object] | None = None
+    wrong: tuple[Callable[..., Any], ...] = ()
+    when: Callable[..., Any] | None = None
     raises: type[BaseException] | None = None
 
 
-def like(wrong: Callable[..., object] | Sequence[Callable[..., object]],
+def like(wrong: Callable[..., Any] | Sequence[Callable[..., Any]],
          hint: str | Callable[..., str]) -> Mistake:
     """The answer equals that of ``wrong``, a wrong implementation with the learner's signature
     (or any of a list of them). Skipped on a case where it crashes or gives the right answer."""
-    return Mistake(hint, wrong=tuple(wrong) if isinstance(wrong, (list, tuple)) else (wrong,))
+    return Mistake(hint, wrong=(wrong,) if callable(wrong) else tuple(wrong))
 
 
-def when(predicate: Callable[..., object], hint: str | Callable[..., str]) -> Mistake:
+def when(predicate: Callable[..., Any], hint: str | Callable[..., str]) -> Mistake:
     """``predicate`` holds; it takes any hint fields by name and is asked only about a wrong
     answer. If it raises (``got[1]`` of an answer that is no pair), it does not hold."""
     return Mistake(hint, when=predicate)
@@ -93,10 +94,10 @@ def raises(exception: type[BaseException], hint: str | Callable[..., str]) -> Mi
     return Mistake(hint, raises=exception)
 
 
-def checker(name: str, *, reference: Callable[..., object], mistakes: Sequence[Mistake] = (),
+def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mistake] = (),
             returns: str | Sequence[str] = "the result", otherwise: str | None = None,
-            observe: Callable[..., object] | None = None, may_modify: Sequence[str] = (),
-            compare: Callable[[object, object], bool] | None = None, atol: float = 1e-5,
+            observe: Callable[..., Any] | None = None, may_modify: Sequence[str] = (),
+            compare: Callable[[Any, Any], bool] | None = None, atol: float = 1e-5,
             rtol: float = 1e-4) -> Callable[[Callable[..., Sequence[Case]]], Callable[..., None]]:
     """Turn the function that builds the cases into the checker ``check_xxx(fn)``.
 
@@ -120,11 +121,12 @@ def checker(name: str, *, reference: Callable[..., object], mistakes: Sequence[M
             equal, and tuples, lists and dicts element by element.
     """
     def decorate(build: Callable[..., Sequence[Case]]) -> Callable[..., None]:
-        same = compare or (lambda got, want: _same(got, want, atol, rtol))
+        same = (lambda got, want: _holds(compare, dict(got=got, want=want))) if compare else (
+            lambda got, want: _same(got, want, atol, rtol))
         spec = _Spec(build, reference, tuple(mistakes), returns, otherwise, observe,
                      frozenset(may_modify), same, atol, rtol)
 
-        def check(fn: Callable[..., object]) -> None:
+        def check(fn: Callable[..., Any]) -> None:
             try:
                 with _global_rng_kept(), torch.no_grad():
                     for case in spec.cases():
@@ -137,8 +139,9 @@ def checker(name: str, *, reference: Callable[..., object], mistakes: Sequence[M
 
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(check, attr, getattr(build, attr))
-        check.__signature__ = inspect.Signature([inspect.Parameter("fn", _POSITIONAL)])
-        check.name, check.spec = name, spec  # for the tests
+        signature = inspect.Signature([inspect.Parameter("fn", _POSITIONAL)])
+        for attr, value in (("__signature__", signature), ("name", name), ("spec", spec)):
+            setattr(check, attr, value)  # name and spec: for the tests
         return check
 
     return decorate
@@ -172,13 +175,13 @@ _IN_PLACE = (
 @dataclass
 class _Spec:
     build: Callable[..., Sequence[Case]]
-    reference: Callable[..., object]
+    reference: Callable[..., Any]
     mistakes: tuple[Mistake, ...]
     returns: str | Sequence[str]
     otherwise: str | None
-    observe: Callable[..., object] | None
+    observe: Callable[..., Any] | None
     may_modify: frozenset[str]
-    same: Callable[[object, object], bool]
+    same: Callable[[Any, Any], bool]
     atol: float
     rtol: float
 
@@ -187,11 +190,11 @@ class _Spec:
             return self.build(torch.Generator().manual_seed(0))
         return self.build()
 
-    def call(self, fn: Callable[..., object], inputs: dict[str, object], want: object = None):
+    def call(self, fn: Callable[..., Any], inputs: dict[str, Any], want: Any = None) -> Any:
         got = self.observe(fn, **inputs) if self.observe else fn(*inputs.values())
         return got if want is None else _numbers_like(got, want)
 
-    def run(self, fn: Callable[..., object], case: Case) -> None:
+    def run(self, fn: Callable[..., Any], case: Case) -> None:
         """Raise :class:`ExerciseError` unless ``fn`` answers ``case`` right, inputs untouched."""
         given = copy.deepcopy(case.inputs)  # the learner's copy: case.inputs stay pristine
         try:
@@ -221,7 +224,7 @@ class _Spec:
                                                    "answer: ") + hint
         raise ExerciseError(hint)
 
-    def diagnose(self, got: object, want: object, case: Case) -> str:
+    def diagnose(self, got: Any, want: Any, case: Case) -> str:
         """The hint of the first mistake that explains ``got``, else what differs."""
         fields = _fields(case, got, want)
         for m in () if case.hint else self.mistakes:
@@ -233,7 +236,7 @@ class _Spec:
         advice = case.hint or case.otherwise or self.otherwise
         return f"{text}. {_format(advice, fields)}" if advice else text
 
-    def _shows(self, wrong: Callable[..., object], got: object, want: object, case: Case) -> bool:
+    def _shows(self, wrong: Callable[..., Any], got: Any, want: Any, case: Case) -> bool:
         """``wrong`` gives ``got`` on this case, and that is not the right answer."""
         try:
             theirs = self.call(wrong, copy.deepcopy(case.inputs), want)
@@ -243,7 +246,7 @@ class _Spec:
 
 
 @contextlib.contextmanager
-def _global_rng_kept():
+def _global_rng_kept() -> Iterator[None]:
     states = torch.random.get_rng_state(), random.getstate(), np.random.get_state()
     try:
         yield
@@ -253,25 +256,31 @@ def _global_rng_kept():
         np.random.set_state(states[2])
 
 
-def _fields(case: Case, got: object = None, want: object = None) -> dict[str, object]:
+def _fields(case: Case, got: Any = None, want: Any = None) -> dict[str, Any]:
     return {**case.inputs, "where": case.where, "got": got, "want": want,
             "got_type": type(got).__name__}
 
 
-def _holds(predicate: Callable[..., object], fields: Mapping[str, object]) -> bool:
+class _FieldError(TypeError):
+    """A predicate or hint asks for a field that does not exist: a bug in the checker."""
+
+
+def _holds(predicate: Callable[..., Any], fields: Mapping[str, Any]) -> bool:
     try:
         return bool(_call_with(predicate, fields))
+    except _FieldError:
+        raise
     except Exception:
         return False
 
 
-def _call_with(fn: Callable[..., Any], fields: Mapping[str, object]) -> Any:
+def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any]) -> Any:
     """Call ``fn`` with the fields its parameters name; one it names that does not exist is a
     bug in the checker, so that fails loudly (through :func:`_holds` too)."""
     params = inspect.signature(fn).parameters.values()
     missing = [p.name for p in params if p.name not in fields and p.default is p.empty]
     if missing:
-        raise TypeError(f"{fn} asks for {missing}; the fields are {sorted(fields)}")
+        raise _FieldError(f"{fn} asks for {missing}; the fields are {sorted(fields)}")
     return fn(**{p.name: fields[p.name] for p in params if p.name in fields})
 
 
@@ -281,26 +290,28 @@ class _Formatter(string.Formatter):
                                     format_spec)
 
 
-def _format(hint: str | list[str] | Callable[..., str], fields: Mapping[str, object]) -> Any:
-    if isinstance(hint, list):
-        return [_format(h, fields) for h in hint]
-    return _call_with(hint, fields) if callable(hint) else _Formatter().vformat(hint, (), fields)
+def _format(hint: str | Sequence[str] | Callable[..., str], fields: Mapping[str, Any]) -> Any:
+    if callable(hint):
+        return _call_with(hint, fields)
+    if isinstance(hint, str):
+        return _Formatter().vformat(hint, (), fields)
+    return [_format(h, fields) for h in hint]
 
 
 # -- comparing answers, and saying what differs ----------------------------------------------
 
 
-def _is_number(x: object) -> bool:
+def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Number) and not isinstance(x, bool)
 
 
-def _numbers_like(got: object, want: object) -> object:
+def _numbers_like(got: Any, want: Any) -> object:
     """Where ``want`` is a Python number, a NumPy scalar or one-element tensor stands for one."""
     one = isinstance(got, np.generic) or isinstance(got, Tensor) and got.numel() == 1
     if _is_number(want) and one:
         return got.item()
     if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(want):
-        return type(got)(_numbers_like(g, w) for g, w in zip(got, want))
+        return type(got)(_numbers_like(g, w) for g, w in zip(got, want, strict=True))
     return got
 
 
@@ -308,7 +319,7 @@ def _same_kind(a: torch.dtype, b: torch.dtype) -> bool:
     return a == b or (a.is_floating_point and b.is_floating_point)
 
 
-def _same(got: object, want: object, atol: float, rtol: float) -> bool:
+def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
     if isinstance(want, Tensor):
         if not (isinstance(got, Tensor) and got.shape == want.shape
                 and _same_kind(got.dtype, want.dtype)):
@@ -318,7 +329,7 @@ def _same(got: object, want: object, atol: float, rtol: float) -> bool:
         return bool(torch.equal(got, want))
     if isinstance(want, (tuple, list)):
         return (isinstance(got, (tuple, list)) and len(got) == len(want)
-                and all(_same(g, w, atol, rtol) for g, w in zip(got, want)))
+                and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True)))
     if isinstance(want, Mapping):
         return isinstance(got, Mapping) and all(k in got and _same(got[k], w, atol, rtol)
                                                 for k, w in want.items())
@@ -328,7 +339,7 @@ def _same(got: object, want: object, atol: float, rtol: float) -> bool:
     return bool(got == want)
 
 
-def _unchanged(now: object, before: object) -> bool:
+def _unchanged(now: Any, before: Any) -> bool:
     if isinstance(before, torch.nn.Module):
         now, before = now.state_dict(), before.state_dict()
     if isinstance(before, Tensor):
@@ -337,17 +348,18 @@ def _unchanged(now: object, before: object) -> bool:
     if isinstance(before, Mapping):
         return now.keys() == before.keys() and all(_unchanged(now[k], v) for k, v in before.items())
     if isinstance(before, (list, tuple)):
-        return len(now) == len(before) and all(_unchanged(n, b) for n, b in zip(now, before))
+        return len(now) == len(before) and all(
+            _unchanged(n, b) for n, b in zip(now, before, strict=True))
     return bool(now == before)
 
 
-def _brief(x: object) -> str:
+def _brief(x: Any) -> str:
     if isinstance(x, (Tensor, torch.nn.Module)):
         return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
     return repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."
 
 
-def _show(x: object) -> str:
+def _show(x: Any) -> str:
     """A value as a learner writes it: 1,050,624; 0.0123; (2, 8, 5, 64)."""
     if isinstance(x, (tuple, list)):
         inner = ", ".join(map(_show, x)) + ("," if len(x) == 1 and isinstance(x, tuple) else "")
@@ -357,7 +369,7 @@ def _show(x: object) -> str:
     return f"{x:,}" if isinstance(x, numbers.Integral) else f"{x:.4g}"
 
 
-def _describe(got: object, want: object, names: str | list[str], where: str, atol: float,
+def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: float,
               rtol: float) -> str:
     """What differs between ``got`` and ``want``, in words: type, shape, dtype or entries."""
     if isinstance(names, list):  # a tuple of results, one name each
@@ -365,7 +377,7 @@ def _describe(got: object, want: object, names: str | list[str], where: str, ato
             what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
             count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
             return f"your function should return {count} ({', '.join(names)}), got {what}"
-        g, w, name = next((g, w, n) for g, w, n in zip(got, want, names)
+        g, w, name = next((g, w, n) for g, w, n in zip(got, want, names, strict=True)
                           if not _same(g, w, atol, rtol))
         return _describe(g, w, name, where, atol, rtol)
     label = f"{names} {where}".strip()
@@ -395,9 +407,9 @@ def _entries(got: Tensor, want: Tensor, label: str, atol: float, rtol: float) ->
         bad = ~torch.isclose(g, w, rtol=rtol, atol=atol)
         by = f", by up to {float((g - w).abs()[bad].max()):.3g}"
     at = _first(bad)
-    g, w = _show(got[tuple(at)].item()), _show(want[tuple(at)].item())
+    shown = _show(got[tuple(at)].item()), _show(want[tuple(at)].item())
     return (f"{label} differs from the right answer in {int(bad.sum())} of {bad.numel()} "
-            f"entries{by}; the first at {at}: {g} instead of {w}")
+            f"entries{by}; the first at {at}: {shown[0]} instead of {shown[1]}")
 
 
 def _first(mask: Tensor) -> list[int]:

@@ -4,20 +4,31 @@ itself, the causal mask, and the shapes in cross-attention."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from minitransformer.attention import causal_mask, scaled_dot_product_attention
-from minitransformer.exercises._core import Case, ExerciseError, checker, close, like, raises, when
+from minitransformer.exercises._core import (
+    Case,
+    ExerciseError,
+    Mistake,
+    checker,
+    close,
+    like,
+    raises,
+    when,
+)
 
 __all__ = ["check_attention", "check_causal_mask", "check_cross_attention_shapes"]
 
 
-def _attention(query, key, value, mask=None, *, scale="sqrt", d_k=None, softmax_dim=-1,
-               transposed=True, mask_mode="before"):
+def _attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, *,
+               scale: str = "sqrt", d_k: int | None = None, softmax_dim: int = -1,
+               transposed: bool = True, mask_mode: str = "before") -> tuple[Tensor, Tensor]:
     """Attention written the way a learner might, right or wrong: ``scale`` "sqrt", "none" or
     "d_k"; ``mask_mode`` "before" (right), "after" the softmax, "ignored" or "inverted"."""
     d_k = d_k or query.shape[-1]
@@ -80,10 +91,12 @@ _ATTENTION_MISTAKES = [
          "scaled scores, shape (B, T, S)"),
     when(lambda got, want: close(got[0], want[0]),
          "with a mask, your output is right but the returned weights are not"),
-    when(lambda got, mask: (got[1].masked_select(~mask).abs() > 1e-6).any(),
+    when(lambda got, want, mask: got[1].shape == want[1].shape
+         and (got[1].masked_select(~mask).abs() > 1e-6).any(),
          "keys where the mask is False still get weight: fill their scores with -inf before the "
          "softmax"),
-    when(lambda got: not close(got[1].sum(-1), torch.ones(got[1].shape[:-1])),
+    when(lambda got, want: got[1].shape == want[1].shape
+         and not close(got[1].sum(-1), torch.ones(got[1].shape[:-1])),
          "the rows of your weights do not sum to one: apply softmax(scores, dim=-1) to the scores"),
     raises(RuntimeError,
            "The scores need query (..., T, d_k) @ key^T (..., d_k, S): transpose the last two "
@@ -95,7 +108,7 @@ _ATTENTION_MISTAKES = [
 @checker("scaled dot-product attention", mistakes=_ATTENTION_MISTAKES,
          reference=lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask=mask),
          returns=("the output", "the weights"))
-def check_attention(gen):
+def check_attention(gen: torch.Generator) -> list[Case]:
     """Check ``fn(query, key, value, mask=None) -> (output, weights)`` against
     :func:`~minitransformer.attention.scaled_dot_product_attention`, on 3-D and 4-D inputs,
     with and without a boolean mask (True = may attend)."""
@@ -140,7 +153,7 @@ _CAUSAL_MASK_MISTAKES = [
 
 @checker("causal mask", reference=causal_mask, mistakes=_CAUSAL_MASK_MISTAKES,
          returns="causal_mask({size})", otherwise="It should be True exactly where column <= row")
-def check_causal_mask():
+def check_causal_mask() -> list[Case]:
     """Check ``fn(size) -> (size, size)`` boolean mask, True on and below the diagonal."""
     return [Case(size=5), Case(size=1), Case(size=8)]
 
@@ -148,13 +161,13 @@ def check_causal_mask():
 _SHAPE_NAMES = ("query", "key", "value", "weights", "output", "source_mask")
 
 
-def _cross_attention_shapes(B, h, T, S, d_model):
+def _cross_attention_shapes(B: int, h: int, T: int, S: int, d_model: int) -> dict[str, tuple]:
     d_k = d_v = d_model // h  # the keyword arguments, as the learner's function gets them
     return {"query": (B, h, T, d_k), "key": (B, h, S, d_k), "value": (B, h, S, d_v),
             "weights": (B, h, T, S), "output": (B, h, T, d_v), "source_mask": (B, 1, 1, S)}
 
 
-def _one_shape(fn, name, d_k, **sizes):
+def _one_shape(fn: Callable[..., Any], name: str, d_k: int, **sizes: int) -> tuple[int, ...]:
     """``fn(**sizes)[name]`` as a tuple, one shape at a time (``d_k`` is for the hints)."""
     shapes = fn(**sizes)
     if not isinstance(shapes, Mapping):
@@ -168,7 +181,7 @@ def _one_shape(fn, name, d_k, **sizes):
                         f"got {shapes[name]!r}")
 
 
-def _entry(test, text):
+def _entry(test: Callable[..., bool], text: str) -> Mistake:
     """A mistake in one entry: the hint names it, shows it and what it should be, then ``text``."""
     return when(test, "shapes['{name}'] is {got}, expected {want} {where}: " + text)
 
@@ -210,11 +223,12 @@ _SHAPE_MISTAKES = [
 @checker("shapes in cross-attention", reference=_cross_attention_shapes, mistakes=_SHAPE_MISTAKES,
          observe=_one_shape, returns="shapes['{name}']",
          otherwise="Think about which sequence each tensor comes from and which axis is summed")
-def check_cross_attention_shapes():
+def check_cross_attention_shapes() -> list[Case]:
     """Check ``fn(B, h, T, S, d_model) -> dict`` of the per-head shapes in cross-attention, keys
     ``"query"``, ``"key"``, ``"value"``, ``"weights"``, ``"output"`` and ``"source_mask"``,
     on several sizes (T != S), so that nothing can be hard-wired."""
-    sizes = (dict(B=2, h=8, T=5, S=7, d_model=512), dict(B=3, h=4, T=9, S=6, d_model=64),
-             dict(B=1, h=2, T=3, S=11, d_model=10))
+    sizes: list[dict[str, Any]] = [dict(B=2, h=8, T=5, S=7, d_model=512),
+                                   dict(B=3, h=4, T=9, S=6, d_model=64),
+                                   dict(B=1, h=2, T=3, S=11, d_model=10)]
     return [Case(f"for {p}", name=name, d_k=p["d_model"] // p["h"], **p)
             for p in sizes for name in _SHAPE_NAMES]

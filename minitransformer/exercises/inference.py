@@ -4,7 +4,11 @@ behind FlashAttention, and appending one decoding step to a preallocated cache."
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
+from torch import Tensor
 
 from minitransformer.exercises._core import Case, ExerciseError, checker, close, like, when
 from minitransformer.flash import online_softmax_step
@@ -17,7 +21,8 @@ except ImportError:  # before the memory calculator moved out of kv_cache.py
 __all__ = ["check_kv_cache_bytes", "check_online_softmax_step", "check_cache_append"]
 
 
-def _bytes(c, context, batch, bpe, *, heads=None, factor=2, layers=None, width=None):
+def _bytes(c: Any, context: int, batch: int, bpe: int, *, heads: int | None = None, factor: int = 2,
+           layers: int | None = None, width: int | None = None) -> int:
     """``factor x batch x context x layers x width x bytes``, with one factor changed: a mistake."""
     width = width or (heads or c.num_kv_heads) * c.head_dim  # numbers per position and layer
     return factor * batch * context * (layers or c.num_layers) * width * bpe
@@ -53,7 +58,7 @@ _BYTES_MISTAKES = [
                                                      n, b, e),
          otherwise="It should be 2 x batch x context x layers x KV heads x head_dim x bytes per "
                    "element")
-def check_kv_cache_bytes():
+def check_kv_cache_bytes() -> list[Case]:
     """Check ``fn(config, context, batch_size, bytes_per_element)``, the bytes of the keys and
     values a decoder keeps, against the package's ``kv_cache_bytes``. ``config`` is a
     ``ModelConfig`` (``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim``,
@@ -68,7 +73,7 @@ def check_kv_cache_bytes():
 BLOCK = 4  # keys per block of the online softmax
 
 
-def _fold(step, scores, values):
+def _fold(step: Callable[..., Any], scores: Tensor, values: Tensor) -> tuple[Any, Any, Any]:
     """``(m, l, acc)`` after feeding ``step`` the blocks of ``scores`` ``(T, S)`` and ``values``
     ``(S, d_v)`` one after the other, from the empty statistics."""
     m = torch.full((len(scores), 1), float("-inf"), dtype=scores.dtype)  # (T, 1)
@@ -82,17 +87,18 @@ def _fold(step, scores, values):
     return m, l, acc
 
 
-def _no_rescale(m, l, acc, scores, values):
+def _no_rescale(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor,
+                values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - m_new)
     return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
 
 
-def _output_wrong(got, scores, values):
+def _output_wrong(got: tuple[Tensor, ...], scores: Tensor, values: Tensor) -> bool:
     return not close(got[2] / got[1], torch.softmax(scores, -1) @ values)  # acc / l at the end
 
 
-def _unrescaled(got, scores, values):
+def _unrescaled(got: tuple[Tensor, ...], scores: Tensor, values: Tensor) -> bool:
     _, l, acc = _fold(_no_rescale, scores, values)
     return close(got[1], l) or close(got[2] / got[1], acc / l)
 
@@ -130,7 +136,7 @@ _STEP_MISTAKES = [
 @checker("one step of the online softmax", reference=online_softmax_step, mistakes=_STEP_MISTAKES,
          observe=_fold,
          returns=("the running maximum m", "the running normaliser l", "the running output acc"))
-def check_online_softmax_step(gen):
+def check_online_softmax_step(gen: torch.Generator) -> list[Case]:
     """Check ``fn(m, l, acc, scores, values) -> (m, l, acc)`` by folding blocks of keys, against
     :func:`~minitransformer.flash.online_softmax_step`. Shapes: ``m``, ``l`` ``(T, 1)``; ``acc``
     ``(T, d_v)``; ``scores`` ``(T, S_blk)``; ``values`` ``(S_blk, d_v)``. After the last block,
@@ -145,7 +151,7 @@ def check_online_softmax_step(gen):
                  otherwise="With all scores shifted by 1000 the output should not change")]
 
 
-def _append(keys, values, length, new_k, new_v):
+def _append(keys: Tensor, values: Tensor, length: int, new_k: Tensor, new_v: Tensor) -> int:
     n = new_k.shape[2]
     keys[:, :, length:length + n] = new_k  # (B, h_kv, n, d) into positions length .. length+n-1
     values[:, :, length:length + n] = new_v
@@ -181,7 +187,7 @@ _APPEND_MISTAKES = [
          mistakes=_APPEND_MISTAKES, may_modify=("keys", "values"),  # and compare them afterwards:
          observe=lambda fn, keys, values, **step: (fn(keys, values, *step.values()), keys, values),
          returns=("the returned length", "the keys buffer", "the values buffer"))
-def check_cache_append(gen):
+def check_cache_append(gen: torch.Generator) -> list[Case]:
     """Check ``fn(keys, values, length, new_k, new_v) -> new_length``: ``keys``/``values`` are
     preallocated ``(B, h_kv, capacity, d)`` buffers whose first ``length`` positions are filled;
     ``new_k``/``new_v`` ``(B, h_kv, n, d)`` must be written into them *in place*, at positions

@@ -4,7 +4,10 @@ greedy decoding."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
+from torch import Tensor
 
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.exercises._core import Case, checker, like, seeded, when
@@ -14,12 +17,12 @@ __all__ = ["check_decoder_mask", "check_layer_parameters", "check_next_token"]
 
 
 
-def _decoder_mask(lengths, T):
+def _decoder_mask(lengths: Tensor, T: int) -> Tensor:
     """``(B, 1, T, T)``: query t may attend to key s iff ``s <= t`` and ``s < lengths[b]``."""
     return causal_mask(T) & padding_mask(lengths, T)  # (T, T) & (B, 1, 1, T) -> (B, 1, T, T)
 
 
-def _full(mask, lengths, T):
+def _full(mask: Tensor, lengths: Tensor, T: int) -> Tensor:
     return mask.expand(len(lengths), 1, T, T)
 
 
@@ -58,20 +61,20 @@ _DECODER_MASK_MISTAKES = [
          mistakes=_DECODER_MASK_MISTAKES, returns="decoder_mask(lengths=[5, 3, 1], T=5)",
          otherwise="It should be causal_mask(T) & padding_mask(lengths, T); check row 2 of "
                    "sequence 1: it should be [True, True, True, False, False]")
-def check_decoder_mask():
+def check_decoder_mask() -> list[Case]:
     """Check ``fn(lengths, T)`` -> boolean ``(B, 1, T, T)``, True = may attend, where
     ``lengths`` ``(B,)`` holds the number of real target tokens of each sequence."""
     return [Case(lengths=torch.tensor([5, 3, 1]), T=5)]
 
 
 
-def _layer_parameters(d_model, d_ff, decoder):
+def _layer_parameters(d_model: int, d_ff: int, decoder: bool) -> int:
     with torch.device("meta"):  # no memory, no random numbers: only the shapes are counted
         layer = (DecoderLayer if decoder else EncoderLayer)(d_model, 4, d_ff)
     return sum(p.numel() for p in layer.parameters())
 
 
-def _short_by(*missing):
+def _short_by(*missing: Callable[[int, int, bool], int]) -> Callable[..., bool]:
     """The count is the right one minus ``missing(d_model, d_ff, decoder)`` (any of them)."""
     return lambda got, want, d_model, d_ff, decoder: any(
         got == want - n(d_model, d_ff, decoder) for n in missing)
@@ -106,7 +109,7 @@ _LAYER_MISTAKES = [
          mistakes=_LAYER_MISTAKES, returns="",
          otherwise="Count per attention 4 * (d_model^2 + d_model), for the FFN "
                    "2 * d_model * d_ff + d_ff + d_model, per LayerNorm 2 * d_model")
-def check_layer_parameters():
+def check_layer_parameters() -> list[Case]:
     """Check ``fn(d_model, d_ff, decoder)`` against the parameter count of the package's
     :class:`~minitransformer.model.EncoderLayer` and
     :class:`~minitransformer.model.DecoderLayer`."""
@@ -114,7 +117,7 @@ def check_layer_parameters():
             for d, f in ((512, 2048), (64, 256), (24, 40)) for dec in (False, True)]
 
 
-def _logits(model, src, prefix):
+def _logits(model: Transformer, src: Tensor, prefix: Tensor) -> Tensor:
     return model(src, prefix)  # (B, T, V)
 
 
@@ -139,7 +142,7 @@ _NEXT_TOKEN_MISTAKES = [
          otherwise="Your ids differ from model(src, prefix)[:, -1].argmax(-1): run the whole "
                    "prefix through the model (teacher forcing the known tokens) and read the last "
                    "position")
-def check_next_token(gen):
+def check_next_token(gen: torch.Generator) -> list[Case]:
     """Check ``fn(model, src, prefix)`` -> ``(B,)`` ids of the most likely next token."""
     model = seeded(0, lambda: Transformer(13, 13, d_model=16, num_heads=2, num_layers=1, d_ff=32,
                                           dropout=0.0, max_len=16).eval())

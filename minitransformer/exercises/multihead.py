@@ -5,16 +5,23 @@ heads, the parameter count, and the multi-head forward pass built on
 from __future__ import annotations
 
 import torch
+from torch import Tensor, nn
 
-from minitransformer.attention import (MultiHeadAttention, attention_parameter_count, causal_mask,
-                                       merge_heads, scaled_dot_product_attention, split_heads)
+from minitransformer.attention import (
+    MultiHeadAttention,
+    attention_parameter_count,
+    causal_mask,
+    merge_heads,
+    scaled_dot_product_attention,
+    split_heads,
+)
 from minitransformer.exercises._core import Case, checker, like, seeded, when
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_parameter_count",
            "check_multi_head_attention"]
 
 
-def _example(B, T, h, d_k):
+def _example(B: int, T: int, h: int, d_k: int) -> Tensor:
     """``(B, T, h * d_k)`` whose every entry is different, so any mix-up shows."""
     return torch.arange(B * T * h * d_k, dtype=torch.float32).view(B, T, h * d_k)
 
@@ -36,7 +43,7 @@ _SPLIT_MISTAKES = [
 @checker("split heads", reference=split_heads, mistakes=_SPLIT_MISTAKES,
          returns="split_heads(x, {num_heads})",
          otherwise="The answer is x.view(B, T, h, d_k).transpose(1, 2)")
-def check_split_heads():
+def check_split_heads() -> list[Case]:
     """Check ``fn(x, num_heads)``, ``(B, T, h*d_k) -> (B, h, T, d_k)``, against
     :func:`~minitransformer.attention.split_heads`."""
     return [Case("for x of shape (2, 3, 20)", x=_example(2, 3, 4, 5), num_heads=4),
@@ -59,7 +66,7 @@ _MERGE_MISTAKES = [
 @checker("merge heads", reference=merge_heads, mistakes=_MERGE_MISTAKES,
          returns="merge_heads(heads)",
          otherwise="merge_heads(split_heads(x, h)) should give x back; yours does not")
-def check_merge_heads():
+def check_merge_heads() -> list[Case]:
     """Check ``fn(heads)``, ``(B, h, T, d_v) -> (B, T, h*d_v)``, against
     :func:`~minitransformer.attention.merge_heads`."""
     heads = split_heads(_example(2, 3, 4, 5), 4)  # not contiguous, as in a real forward pass
@@ -85,21 +92,23 @@ _COUNT_MISTAKES = [
 @checker("parameter count of multi-head attention", mistakes=_COUNT_MISTAKES, returns="the count",
          reference=lambda d_model, h, bias: attention_parameter_count(d_model, h, bias=bias),
          otherwise="List the four matrices and their biases with their shapes")
-def check_parameter_count():
+def check_parameter_count() -> list[Case]:
     """Check ``fn(d_model, num_heads, bias=True)`` against
     :func:`~minitransformer.attention.attention_parameter_count`."""
     return [Case(f"(d_model={d}, num_heads={h}, bias={bias})", d_model=d, num_heads=h, bias=bias)
             for d, h in ((512, 8), (64, 1), (96, 12), (16, 16)) for bias in (True, False)]
 
 
-def _heads(mha, query, key, value, mask, w_k=None, w_v=None):
+def _heads(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None,
+           w_k: nn.Module | None = None, w_v: nn.Module | None = None) -> Tensor:
     """``(B, h, T, d_v)``: every head's attention, with ``w_k``/``w_v`` in place of the layer's."""
     q, k, v = (split_heads(w(x), mha.num_heads)
                for w, x in ((mha.w_q, query), (w_k or mha.w_k, key), (w_v or mha.w_v, value)))
     return scaled_dot_product_attention(q, k, v, mask=mask)[0]
 
 
-def _one_wide_head(mha, query, key, value, mask):
+def _one_wide_head(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor,
+                   mask: Tensor | None) -> Tensor:
     mask = mask[:, 0] if mask is not None and mask.dim() == 4 else mask
     q, k, v = mha.w_q(query), mha.w_k(key), mha.w_v(value)  # (B, T or S, d_model): never split
     return mha.w_o(scaled_dot_product_attention(q, k, v, mask=mask)[0])
@@ -125,7 +134,8 @@ _MHA_MISTAKES = [
 ]
 
 
-def _mha(mha, query, key, value, mask):
+def _mha(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor,
+         mask: Tensor) -> Tensor:
     out = mha(query, key, value, mask=mask)
     return out[0] if isinstance(out, tuple) else out  # (output, weights), or the output alone
 
@@ -134,7 +144,7 @@ def _mha(mha, query, key, value, mask):
          mistakes=_MHA_MISTAKES, returns="the output",
          otherwise="It differs from MultiHeadAttention: project, split_heads, attend per head with "
                    "the mask, merge_heads, then apply w_o")
-def check_multi_head_attention(gen):
+def check_multi_head_attention(gen: torch.Generator) -> list[Case]:
     """Check ``fn(mha, query, key, value, mask=None) -> (B, T, d_model)``, built from ``mha.w_q``,
     ``mha.w_k``, ``mha.w_v``, ``mha.w_o`` and
     :func:`~minitransformer.attention.scaled_dot_product_attention`, against ``mha`` itself, in

@@ -4,23 +4,32 @@ the shift matrix ``M_k``, a reasoning exercise on the wavelengths, and RoPE."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
+from torch import Tensor
 
 from minitransformer.exercises._core import Case, checker, close, like, when
-from minitransformer.positional import (rotary_embedding, shift_matrix, sinusoidal_encoding,
-                                        wavelengths)
+from minitransformer.positional import (
+    rotary_embedding,
+    shift_matrix,
+    sinusoidal_encoding,
+    wavelengths,
+)
 
 __all__ = ["check_sinusoidal_encoding", "check_shift_matrix", "check_pairs_with_full_period",
            "check_rotary_embedding"]
 
 
-def _omega(i, d, two_i=True):
+def _omega(i: Tensor, d: int, two_i: bool = True) -> Tensor:
     """The frequency ``10000^(-2i/d)`` of pair ``i``; without ``two_i``, ``10000^(-i/d)``."""
     return torch.pow(10000.0, -(2 * i if two_i else i) / d)
 
 
-def _table(P, d, *, frequency=_omega, first="sin", halves=False, start=0, per_column=False):
+def _table(P: int, d: int, *, frequency: Callable[[Tensor, int], Tensor] = _omega,
+           first: str = "sin", halves: bool = False, start: int = 0,
+           per_column: bool = False) -> Tensor:
     """A sinusoid table ``(P, d)`` built the way a learner might, right or wrong."""
     pos = torch.arange(start, start + P, dtype=torch.float64)[:, None]
     if per_column:  # column j uses 10000^(-j/d): the two columns of a pair get two frequencies
@@ -68,7 +77,7 @@ _ENCODING_MISTAKES = [
          atol=1e-4,          reference=lambda P, d: sinusoidal_encoding(P, d, dtype=torch.float64),
          otherwise="The formula is PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = "
                    "cos(pos / 10000^(2i/d)); compare row 1 with it")
-def check_sinusoidal_encoding():
+def check_sinusoidal_encoding() -> list[Case]:
     """Check ``fn(num_positions, d_model) -> (num_positions, d_model)`` against
     :func:`~minitransformer.positional.sinusoidal_encoding`."""
     return [Case("for num_positions=60, d_model=16", num_positions=60, d_model=16),
@@ -77,9 +86,9 @@ def check_sinusoidal_encoding():
                       "the exponent, not a fixed number")]
 
 
-def _rotations(angle):
+def _rotations(angle: Callable[[float, Tensor, int], Any]) -> list[Callable[[float, int], Tensor]]:
     """The block-diagonal rotations by ``angle(k, i, d)`` in block ``i``, and their transposes."""
-    def matrix(k, d):
+    def matrix(k: float, d: int) -> Tensor:
         blocks = ([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]]
                   for a in angle(k, torch.arange(d // 2, dtype=torch.float64), d).tolist())
         return torch.block_diag(*(torch.tensor(b, dtype=torch.float64) for b in blocks))
@@ -111,7 +120,7 @@ _SHIFT_MISTAKES = [
 @checker("shift matrix M_k", reference=shift_matrix, mistakes=_SHIFT_MISTAKES, returns="M_k",
          atol=1e-6, otherwise="PE[pos] @ M differs from PE[pos + k]; build one 2x2 rotation per "
                               "pair and place them with torch.block_diag")
-def check_shift_matrix():
+def check_shift_matrix() -> list[Case]:
     """Check ``fn(k, d_model)``, the ``(d_model, d_model)`` matrix with
     ``PE[pos + k] == PE[pos] @ M``, against :func:`~minitransformer.positional.shift_matrix`."""
     later = ("Your matrix works for k=5, d_model=12 but not for k={k}, d_model={d_model}: the "
@@ -121,7 +130,7 @@ def check_shift_matrix():
         for k, d in ((-3, 8), (17, 32), (0, 4))]
 
 
-def _pairs(d_model, length, two_pi=True):
+def _pairs(d_model: int, length: float, two_pi: bool = True) -> int:
     """How many pairs have a wavelength ``2 pi 10000^(2i/d_model) <= length``."""
     return int((wavelengths(d_model) / (1 if two_pi else 2 * math.pi) <= length).sum())
 
@@ -150,7 +159,7 @@ _PAIRS_MISTAKES = [
 
 @checker("pairs that complete a period", reference=_pairs, mistakes=_PAIRS_MISTAKES, returns="",
          otherwise="To find it, solve 2 pi * 10000^(2i/d_model) <= length for i")
-def check_pairs_with_full_period():
+def check_pairs_with_full_period() -> list[Case]:
     """Check ``fn(d_model, length)``: how many of the ``d_model / 2`` sinusoid pairs complete at
     least one full period (wavelength ``<= length``) within ``length`` positions."""
     return [Case(f"fn({d}, {L})", d_model=d, length=L) for d, L in (
@@ -158,7 +167,8 @@ def check_pairs_with_full_period():
         (256, 50.0))]
 
 
-def _rope(x, angle, halves=False):
+def _rope(x: Tensor, angle: Callable[[Tensor, Tensor, int], Tensor],
+          halves: bool = False) -> Tensor:
     """Rotate the pairs of ``x`` ``(..., T, d)`` by ``angle(position, pair index, d)``; ``halves``
     pairs feature ``i`` with ``i + d/2``."""
     T, d = x.shape[-2:]
@@ -182,7 +192,7 @@ _ROPE_MISTAKES = [
          "10000^(-2i/d), as in the sinusoidal encoding"),
     like(lambda x: _rope(x, lambda m, i, d: m * _omega(i, d, two_i=False)),
          "your frequency uses i where the formula has 2i: w_i = 10000^(-2i/d)"),
-    like(lambda x: x + sinusoidal_encoding(*x.shape[-2:], dtype=x.dtype),
+    like(lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype),
          "you added the sinusoidal encoding; RoPE rotates each pair instead (the result must have "
          "the same length as x at every position)"),
     like(lambda x: x,
@@ -200,7 +210,7 @@ _ROPE_MISTAKES = [
          atol=1e-6, returns="fn(x)",
          otherwise="The pair (x[2i], x[2i+1]) at position m should become the row vector times "
                    "R(m * w_i), as in rotary_embedding")
-def check_rotary_embedding(gen):
+def check_rotary_embedding(gen: torch.Generator) -> list[Case]:
     """Check ``fn(x)``, RoPE of ``x`` ``(..., T, d)`` at positions ``0 .. T-1``, against
     :func:`~minitransformer.positional.rotary_embedding`."""
     return [Case("for x of shape (B, h, T, d) = (2, 3, 10, 8)",

@@ -3,7 +3,10 @@ with one absmax scale per row."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import Tensor
 
 from minitransformer.exercises._core import Case, checker, close, when
 from minitransformer.quantize import QMAX
@@ -11,14 +14,14 @@ from minitransformer.quantize import QMAX
 __all__ = ["check_quantize_rows"]
 
 
-def _quantize(x):
+def _quantize(x: Tensor) -> tuple[Tensor, Tensor]:
     """int8 ``values = round(x / scale)`` and ``scale = max|row| / 127`` (1 for a zero row)."""
     absmax = x.abs().amax(dim=-1, keepdim=True)  # (R, 1)
     scale = torch.where(absmax > 0, absmax / QMAX, torch.ones_like(absmax))
     return torch.round(x / scale).to(torch.int8), scale
 
 
-def _same_quantisation(got, want):
+def _same_quantisation(got: Any, want: tuple[Tensor, Tensor]) -> bool:
     """The same int8 values, and scales within 0.1% (any positive scale for an all-zero row)."""
     (values, scale), (want_values, want_scale) = got, want
     scale = torch.as_tensor(scale)
@@ -28,15 +31,13 @@ def _same_quantisation(got, want):
             and close(scale[rows], want_scale[rows], atol=0, rtol=1e-3))
 
 
-def _ratio(got, x):
+def _ratio(got: Any, x: Tensor) -> float:
     """max|x| / scale on the rows that are not all zero (127 when right)."""
     scale = torch.as_tensor(got[1], dtype=torch.float32)
     return float((x.abs().amax(-1, keepdim=True) / scale)[:5].median())
 
 
 _QUANTIZE_MISTAKES = [
-    when(lambda got: not (isinstance(got, tuple) and len(got) == 2),
-         "your function returns a {got_type}; return a pair (values, scale)"),
     when(lambda got: got[0].dtype != torch.int8,
          "values should be an int8 tensor, got {got[0].dtype}: round, then convert with "
          ".to(torch.int8)"),
@@ -68,7 +69,7 @@ _QUANTIZE_MISTAKES = [
          mistakes=_QUANTIZE_MISTAKES, compare=_same_quantisation,
          returns=("the values", "the scale"),
          otherwise="The values should be round(x / scale)")
-def check_quantize_rows(gen):
+def check_quantize_rows(gen: torch.Generator) -> list[Case]:
     """Check ``fn(x)`` for ``x`` ``(R, C)``: int8 ``values`` ``(R, C)`` and float ``scale``
     ``(R, 1)`` with ``scale = max|row| / 127`` and ``values = round(x / scale)``, so that
     ``values * scale`` is within ``scale / 2`` of ``x``."""

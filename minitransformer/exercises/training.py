@@ -3,7 +3,11 @@ of the paper's section 5.3, label-smoothed targets, and teacher forcing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
+from torch import Tensor
 
 from minitransformer.exercises._core import Case, checker, like, when
 from minitransformer.training import noam_learning_rate, smoothed_targets, teacher_forcing
@@ -12,17 +16,17 @@ __all__ = ["check_noam_learning_rate", "check_smoothed_targets", "check_teacher_
 
 
 
-def _rates(fn, steps, d_model, warmup_steps):
+def _rates(fn: Callable[..., Any], steps: list[int], d_model: int, warmup_steps: int) -> list[Any]:
     """The learning rates ``fn`` gives at ``steps``: the whole curve is compared."""
     return [fn(s, d_model, warmup_steps) for s in steps]
 
 
-def _peak(got, steps):
+def _peak(got: list[float], steps: list[int]) -> int:
     return steps[max(range(len(steps)), key=got.__getitem__)]
 
 
-def _decays_as_inverse_sqrt(got, steps, warmup_steps):
-    late = [g * s**0.5 for g, s in zip(got, steps) if s >= warmup_steps]
+def _decays_as_inverse_sqrt(got: list[float], steps: list[int], warmup_steps: int) -> bool:
+    late = [g * s**0.5 for g, s in zip(got, steps, strict=True) if s >= warmup_steps]
     return all(abs(x - late[0]) <= 1e-6 * abs(late[0]) for x in late)
 
 
@@ -47,7 +51,7 @@ _NOAM_MISTAKES = [
          "should peak at step = warmup_steps"),
     when(lambda got, steps, warmup_steps: not _decays_as_inverse_sqrt(got, steps, warmup_steps),
          "after warm-up the rate should decay as step**-0.5 (4x the steps, half the rate)"),
-    when(lambda got, want: len({round(g / w, 6) for g, w in zip(got, want)}) == 1,
+    when(lambda got, want: len({round(g / w, 6) for g, w in zip(got, want, strict=True)}) == 1,
          lambda got, want: f"your schedule has the right shape but is {round(got[0] / want[0], 6)} "
          "times the paper's: check the constant factor (d_model**-0.5, nothing else)"),
 ]
@@ -58,7 +62,7 @@ _NOAM_MISTAKES = [
          returns="noam(step, {d_model}, {warmup_steps})",
          otherwise="It differs from the paper's d_model**-0.5 * min(step**-0.5, "
                    "step * warmup_steps**-1.5)")
-def check_noam_learning_rate():
+def check_noam_learning_rate() -> list[Case]:
     """Check ``fn(step, d_model, warmup_steps)`` for ``step >= 1`` against
     :func:`~minitransformer.training.noam_learning_rate`, the paper's formula."""
     return [Case(f"for steps {steps}", steps=steps, d_model=d, warmup_steps=w) for d, w, steps in (
@@ -67,7 +71,7 @@ def check_noam_learning_rate():
 
 
 
-def _one_hot(target, V):
+def _one_hot(target: Tensor, V: int) -> Tensor:
     return torch.nn.functional.one_hot(target, V).float()  # (..., V)
 
 
@@ -94,7 +98,7 @@ _SMOOTHING_MISTAKES = [
 @checker("label-smoothed targets", reference=smoothed_targets, mistakes=_SMOOTHING_MISTAKES,
          returns="smooth(target, {num_classes}, {epsilon})",
          otherwise="The targets are (1 - epsilon) * one_hot(target, V) + epsilon / V")
-def check_smoothed_targets():
+def check_smoothed_targets() -> list[Case]:
     """Check ``fn(target, num_classes, epsilon)`` against
     :func:`~minitransformer.training.smoothed_targets` (PyTorch's convention)."""
     return [Case("for target of shape (2, 3)", target=torch.tensor([[0, 3, 5], [2, 2, 1]]),
@@ -104,8 +108,6 @@ def check_smoothed_targets():
 
 
 _TEACHER_FORCING_MISTAKES = [
-    when(lambda got: not (isinstance(got, (tuple, list)) and len(got) == 2),
-         "your function returns a {got_type}; return a pair (decoder_input, labels)"),
     like(lambda tgt: (tgt[:, 1:], tgt[:, :-1]),
          "decoder input and labels are swapped: the decoder reads [BOS, y...] and learns to "
          "predict [y..., EOS], the same tokens one step later"),
@@ -123,7 +125,7 @@ _TEACHER_FORCING_MISTAKES = [
 
 @checker("teacher forcing: decoder input and labels", reference=teacher_forcing,
          mistakes=_TEACHER_FORCING_MISTAKES, returns=("the decoder input", "the labels"))
-def check_teacher_forcing():
+def check_teacher_forcing() -> list[Case]:
     """Check ``fn(tgt) -> (decoder_input, labels)`` for ``tgt`` = ``[BOS, y..., EOS, PAD...]``
     against :func:`~minitransformer.training.teacher_forcing`."""
     tgt = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])  # BOS 1, EOS 2, PAD 0
