@@ -154,6 +154,17 @@ def test_may_modify_lets_a_function_write_into_its_buffer(capsys) -> None:
     rejects(check_fill, lambda buf, v: torch.full_like(buf, v), r"differs from the right answer")
 
 
+def test_a_generator_passed_as_an_input_may_be_drawn_from(capsys) -> None:
+    """A sampling exercise hands the learner a generator: consuming it is no in-place change. The
+    learner and the reference get copies in the same state, so the same draws agree."""
+    @checker("sample", reference=lambda n, gen: torch.randint(10, (n,), generator=gen))
+    def check_sample() -> list[Case]:
+        return [Case(n=5, gen=torch.Generator().manual_seed(3))]
+
+    assert verdict(capsys, check_sample, lambda n, gen: torch.randint(10, (n,), generator=gen)) \
+        .startswith("Correct")
+
+
 # ------------------------------------------------------------------ global random state
 def _noisy(fn):
     """``fn``, drawing from every global generator first, as a learner's code might."""
