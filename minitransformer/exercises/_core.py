@@ -20,9 +20,8 @@ import random
 import re
 import string
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch

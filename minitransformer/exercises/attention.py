@@ -4,9 +4,8 @@ itself, the causal mask, and the shapes in cross-attention."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import Tensor

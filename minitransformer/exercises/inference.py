@@ -4,8 +4,7 @@ behind FlashAttention, and appending one decoding step to a preallocated cache."
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor

@@ -4,7 +4,7 @@ greedy decoding."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Callable
 
 import torch
 from torch import Tensor

@@ -4,8 +4,7 @@ the shift matrix ``M_k``, a reasoning exercise on the wavelengths, and RoPE."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor

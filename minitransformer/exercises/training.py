@@ -3,8 +3,7 @@ of the paper's section 5.3, label-smoothed targets, and teacher forcing."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
