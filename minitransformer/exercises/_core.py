@@ -304,7 +304,7 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Number) and not isinstance(x, bool)
 
 
-def _numbers_like(got: Any, want: Any) -> object:
+def _numbers_like(got: Any, want: Any) -> Any:
     """Where ``want`` is a Python number, a NumPy scalar or one-element tensor stands for one."""
     one = isinstance(got, np.generic) or isinstance(got, Tensor) and got.numel() == 1
     if _is_number(want) and one:
@@ -378,9 +378,11 @@ def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: flo
             what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
             count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
             return f"your function should return {count} ({', '.join(names)}), got {what}"
-        g, w, name = next((g, w, n) for g, w, n in zip(got, want, names, strict=True)
-                          if not _same(g, w, atol, rtol))
-        return _describe(g, w, name, where, atol, rtol)
+        parts = [(g, w, n) for g, w, n in zip(got, want, names, strict=True)
+                 if not _same(g, w, atol, rtol)]
+        if not parts:  # only the checker's own compare tells them apart
+            return f"your answer differs from the right one {where}".strip()
+        return _describe(*parts[0], where, atol, rtol)
     label = f"{names} {where}".strip()
     if isinstance(want, Tensor):
         if not isinstance(got, Tensor):
