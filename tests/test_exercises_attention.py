@@ -154,7 +154,8 @@ def test_attention_scaling_the_query_in_place_cannot_fool_the_checker() -> None:
         return make_attention()(query, key, value, mask)
 
     message = rejects_in_place(check_attention, scaled_twice, "query", right=False)
-    assert message.endswith("you divide the scores by d_k; the paper divides by sqrt(d_k) (math.sqrt(d_k))")
+    assert message.endswith("you divide the scores by d_k; the paper divides by sqrt(d_k) "
+                            "(math.sqrt(d_k))")
 
 
 def test_attention_right_but_in_place_is_rejected_for_the_change_not_for_the_scaling() -> None:

@@ -284,6 +284,7 @@ def test_rope_that_rotates_its_input_in_place_is_rejected() -> None:
 
 
 def test_encoding_shift_and_pairs_take_only_numbers() -> None:
-    """Their inputs are Python numbers, which a function cannot change in place: no in-place test."""
+    """Their inputs are Python numbers, which a function cannot change in place."""
     for check in (check_sinusoidal_encoding, check_shift_matrix, check_pairs_with_full_period):
-        assert all(isinstance(x, (int, float)) for case in check.spec.cases() for x in case.inputs.values())
+        assert all(isinstance(x, (int, float))
+                   for case in check.spec.cases() for x in case.inputs.values())
