@@ -16,7 +16,7 @@ from minitransformer.exercises import (
     check_cross_attention_shapes,
 )
 
-from checker_helpers import rejects as _rejects, stub, verdict as _verdict
+from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
 
 
 
@@ -146,6 +146,28 @@ def test_attention_rejects_overflow_on_large_scores() -> None:
     _rejects(check_attention, naive_softmax, r"differs|inf or NaN")
 
 
+def test_attention_scaling_the_query_in_place_cannot_fool_the_checker() -> None:
+    """The query scaled in place, then the scores scaled again: 1/d_k overall. The checker used to
+    compute its reference from the scaled query afterwards and say "Correct"."""
+    def scaled_twice(query, key, value, mask=None):
+        query /= math.sqrt(query.shape[-1])
+        return make_attention()(query, key, value, mask)
+
+    message = rejects_in_place(check_attention, scaled_twice, "query", right=False)
+    assert message.endswith("you divide the scores by d_k; the paper divides by sqrt(d_k) "
+                            "(math.sqrt(d_k))")
+
+
+def test_attention_right_but_in_place_is_rejected_for_the_change_not_for_the_scaling() -> None:
+    """A right answer that scales the query in place used to get "you forgot the scaling"."""
+    def scaled_in_place(query, key, value, mask=None):
+        query /= math.sqrt(query.shape[-1])
+        return make_attention(scale="none")(query, key, value, mask)
+
+    message = rejects_in_place(check_attention, scaled_in_place, "query", right=True)
+    assert "forgot the scaling" not in message
+
+
 def test_attention_crash_in_learner_code_is_reported() -> None:
     def typo(query, key, value, mask=None):
         return undefined_name  # noqa: F821
@@ -154,19 +176,19 @@ def test_attention_crash_in_learner_code_is_reported() -> None:
 
 
 def test_attention_mistakes_are_distinguishable() -> None:
-    """The checker's test inputs tell every mistake apart from the right answer and from the
-    other mistakes (otherwise a hint could name the wrong mistake)."""
-    from minitransformer.exercises.attention import _ATTENTION_MISTAKES, _MASK_MISTAKES, _attention_variant
-
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
-    k = torch.randn(2, 4, 4, generator=gen, dtype=torch.float64)
-    v = torch.randn(2, 4, 5, generator=gen, dtype=torch.float64)
-    mask = torch.rand(2, 3, 4, generator=gen) < 0.5
-    mask[..., 0] = True
-    mask[..., 1] = False
-    for mistakes, m in ((_ATTENTION_MISTAKES, None), (_MASK_MISTAKES, mask)):
-        outs = [_attention_variant(q, k, v, m)] + [_attention_variant(q, k, v, m, **kw) for kw, _ in mistakes]
+    """The checker's 3-D inputs (without and with a mask) tell every mistake that can show there
+    apart from the right answer and from the other mistakes (otherwise a hint could name the
+    wrong mistake); a mistake that cannot show on a case gives the right answer there."""
+    spec = check_attention.spec
+    for case in spec.cases()[:2]:
+        right = spec.call(spec.reference, case.inputs)[0]
+        outs = [right]
+        for mistake in spec.mistakes:
+            for wrong in mistake.wrong:
+                out = spec.call(wrong, case.inputs)[0]
+                if not torch.allclose(out, right):
+                    outs.append(out)
+        assert len(outs) >= 6  # the reference and at least the five unmasked mistakes
         for i in range(len(outs)):
             for j in range(i):
                 assert not torch.allclose(outs[i], outs[j], atol=1e-3)
@@ -202,6 +224,13 @@ def test_causal_mask_accepts_right_answers(capsys) -> None:
 )
 def test_causal_mask_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_causal_mask, fn, hint)
+
+
+def test_causal_mask_and_shapes_take_only_numbers() -> None:
+    """Their inputs are Python ints, which a function cannot change in place: no in-place test."""
+    for check in (check_causal_mask, check_cross_attention_shapes):
+        assert all(isinstance(x, int) for case in check.spec.cases() for x in case.inputs.values()
+                   if not isinstance(x, str))
 
 
 # ------------------------------------------------------------------ exercise 3: shapes

@@ -13,7 +13,7 @@ from minitransformer.exercises import (
     check_online_softmax_step,
 )
 
-from checker_helpers import rejects as _rejects, stub, verdict as _verdict
+from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
 
 
 
@@ -176,3 +176,32 @@ def test_append_wrong_dimension_is_rejected():
 
     with pytest.raises(ExerciseError, match="raised RuntimeError"):
         check_cache_append(along_heads)
+
+
+def test_online_softmax_step_that_shifts_the_scores_in_place_is_rejected():
+    def in_place(m, l, acc, scores, values):
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        scores -= m_new  # the caller's scores change
+        p, scale = scores.exp(), torch.exp(m - m_new)
+        return m_new, scale * l + p.sum(-1, keepdim=True), scale * acc + p @ values
+
+    rejects_in_place(check_online_softmax_step, in_place, "scores", right=True)
+
+
+def test_append_may_write_the_buffers_but_not_the_new_keys():
+    def frees_new_k(keys, values, length, new_k, new_v):
+        n = append_reference(keys, values, length, new_k, new_v)
+        new_k.zero_()  # "free" the step's keys: the caller's tensor is zeroed
+        return n
+
+    rejects_in_place(check_cache_append, frees_new_k, "new_k", right=True)
+
+
+def test_kv_bytes_takes_only_numbers_and_a_frozen_config():
+    """A ModelConfig is a frozen dataclass and the rest are ints: nothing can change in place."""
+    import dataclasses
+
+    for case in check_kv_cache_bytes.spec.cases():
+        config, *numbers = case.inputs.values()
+        assert config.__dataclass_params__.frozen and dataclasses.is_dataclass(config)
+        assert all(isinstance(x, int) for x in numbers)

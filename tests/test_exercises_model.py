@@ -14,6 +14,8 @@ from minitransformer.exercises import (
     check_next_token,
 )
 
+from checker_helpers import rejects_in_place
+
 # -- decoder mask ------------------------------------------------------------------------------
 
 
@@ -125,3 +127,26 @@ def test_next_token_accepts_reference_and_via_encode_decode(capsys) -> None:
 def test_next_token_hints(wrong, hint) -> None:
     with pytest.raises(ExerciseError, match=hint):
         check_next_token(wrong)
+
+
+def test_decoder_mask_that_changes_the_lengths_in_place_is_rejected() -> None:
+    def pads_in_place(lengths, T):
+        lengths.neg_().add_(T)  # now the number of padding positions: the caller's lengths are gone
+        return causal_mask(T) & padding_mask(T - lengths, T)
+
+    rejects_in_place(check_decoder_mask, pads_in_place, "lengths", right=True)
+
+
+def test_next_token_that_changes_the_source_in_place_is_rejected() -> None:
+    def frees_the_source(model, src, prefix):
+        ids = next_ref(model, src, prefix)
+        src.zero_()  # "free" the batch: the caller's source ids are gone
+        return ids
+
+    rejects_in_place(check_next_token, frees_the_source, "src", right=True)
+
+
+def test_layer_parameters_take_only_numbers() -> None:
+    """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
+    assert all(isinstance(x, int) for case in check_layer_parameters.spec.cases()
+               for x in case.inputs.values())

@@ -17,7 +17,7 @@ from minitransformer.exercises import (
     check_split_heads,
 )
 
-from checker_helpers import rejects as _rejects, stub, verdict as _verdict
+from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
 
 
 
@@ -188,3 +188,36 @@ def test_multi_head_attention_rejects_mistakes_with_their_hint(kwargs, hint):
 
 def test_multi_head_attention_reports_a_wrong_shape():
     _rejects(check_multi_head_attention, lambda mha, q, k, v, m=None: q[:, :, :4], "has shape")
+
+
+def test_split_heads_that_reshapes_its_input_in_place_is_rejected():
+    def in_place(x, num_heads):
+        B, T, D = x.shape
+        x.data = x.view(B, T, num_heads, D // num_heads).transpose(1, 2)  # the caller's x changes
+        return x
+
+    rejects_in_place(check_split_heads, in_place, "x", right=True)
+
+
+def test_merge_heads_that_transposes_its_input_in_place_is_rejected():
+    def in_place(heads):
+        B, h, T, d_v = heads.shape
+        return heads.transpose_(1, 2).reshape(B, T, h * d_v)  # transpose_ changes the caller's view
+
+    rejects_in_place(check_merge_heads, in_place, "heads", right=True)
+
+
+def test_multi_head_attention_that_changes_the_layer_cannot_fool_the_checker():
+    """Zeroing W^O's bias inside the function changed the layer the checker then used for its
+    reference, which agreed."""
+    def no_bias(mha, query, key, value, mask=None):
+        mha.w_o.bias.zero_()
+        return mha_vectorised(mha, query, key, value, mask)
+
+    rejects_in_place(check_multi_head_attention, no_bias, "mha", right=False)
+
+
+def test_parameter_count_takes_only_numbers():
+    """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
+    assert all(isinstance(x, int) for case in check_parameter_count.spec.cases()
+               for x in case.inputs.values())

@@ -17,7 +17,7 @@ from minitransformer.exercises import (
 )
 from minitransformer.positional import shift_matrix, sinusoidal_encoding
 
-from checker_helpers import rejects as _rejects, stub, verdict as _verdict
+from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
 
 
 
@@ -273,3 +273,18 @@ def rope_only_for_d8(x):
 )
 def test_rope_rejects_typical_mistakes(wrong, hint: str) -> None:
     _rejects(check_rotary_embedding, wrong, hint)
+
+
+def test_rope_that_rotates_its_input_in_place_is_rejected() -> None:
+    def in_place(x):
+        x.copy_(rope_reference(x))  # the caller's queries are rotated too
+        return x
+
+    rejects_in_place(check_rotary_embedding, in_place, "x", right=True)
+
+
+def test_encoding_shift_and_pairs_take_only_numbers() -> None:
+    """Their inputs are Python numbers, which a function cannot change in place."""
+    for check in (check_sinusoidal_encoding, check_shift_matrix, check_pairs_with_full_period):
+        assert all(isinstance(x, (int, float))
+                   for case in check.spec.cases() for x in case.inputs.values())

@@ -6,6 +6,8 @@ import torch
 from minitransformer.exercises import ExerciseError, check_quantize_rows
 from minitransformer.quantize import quantize_int8
 
+from checker_helpers import rejects_in_place
+
 
 def reference(x):
     absmax = x.abs().amax(dim=-1, keepdim=True)
@@ -79,3 +81,12 @@ def _no_keepdim(x):
 def test_rejects_typical_mistakes_with_their_own_hint(wrong, hint):
     with pytest.raises(ExerciseError, match=hint.replace("|", r"\|")):
         check_quantize_rows(wrong)
+
+
+def test_dividing_the_input_in_place_is_rejected():
+    def in_place(x):
+        _, scale = reference(x)
+        x /= scale  # the caller's x now holds x / scale
+        return torch.round(x).to(torch.int8), scale
+
+    rejects_in_place(check_quantize_rows, in_place, "x", right=True)

@@ -14,6 +14,8 @@ from minitransformer.exercises import (
 )
 from minitransformer.training import noam_learning_rate, smoothed_targets, teacher_forcing
 
+from checker_helpers import rejects_in_place
+
 
 def stub(*args, **kwargs):
     raise NotImplementedError
@@ -131,3 +133,30 @@ def test_teacher_forcing_not_attempted(capsys):
 def test_teacher_forcing_rejects_mistakes(wrong, hint):
     with pytest.raises(ExerciseError, match=hint):
         check_teacher_forcing(wrong)
+
+
+def test_teacher_forcing_that_strips_eos_in_place_is_rejected():
+    """Hiding EOS from the decoder input in place also removed it from the labels (a view of the
+    same tensor); the checker used to build its reference afterwards and accept it."""
+    def strip_eos(tgt):
+        decoder_input = tgt[:, :-1]
+        decoder_input[decoder_input == 2] = 0  # writes into tgt, and so into the labels
+        return decoder_input, tgt[:, 1:]
+
+    message = rejects_in_place(check_teacher_forcing, strip_eos, "tgt", right=False)
+    assert "your decoder input is not tgt without its last position" in message
+
+
+def test_smoothed_targets_that_reuse_the_target_as_scratch_are_rejected():
+    def scratch(target, num_classes, epsilon):
+        out = smooth_reference(target, num_classes, epsilon)
+        target.zero_()  # the caller's labels are gone
+        return out
+
+    rejects_in_place(check_smoothed_targets, scratch, "target", right=True)
+
+
+def test_noam_takes_only_numbers():
+    """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
+    assert all(isinstance(x, (int, list)) for case in check_noam_learning_rate.spec.cases()
+               for x in case.inputs.values())
