@@ -621,6 +621,40 @@ def favicon_status(context, url: str) -> int:
     return _favicons[url]
 
 
+def open_dialog(page, button, dialog: str, failure: str, res: PageResult) -> bool:
+    """Click `button`; True if the <dialog id=`dialog`> opened, else record `failure`."""
+    button.click()
+    try:
+        page.wait_for_function(JS_DIALOG_OPEN, arg=dialog, timeout=3000)
+    except Exception:
+        res.fail(failure)
+        return False
+    page.wait_for_timeout(300)  # the dialog's opening transition
+    return True
+
+
+def close_dialog(page, dialog: str, failure: str, res: PageResult) -> None:
+    """Press Escape; record `failure` if the <dialog id=`dialog`> stays open."""
+    page.keyboard.press("Escape")
+    if page.evaluate(JS_DIALOG_OPEN, dialog):
+        res.fail(failure)
+
+
+def report(tool: str, what: str, results: list[PageResult], book_failures: list[str]) -> int:
+    """Print the verdict and every failure; return the exit status (0 passed, 1 failed)."""
+    n_failed = sum(1 for r in results if r.failures)
+    if not n_failed and not book_failures:
+        print(f"{tool}: all checks passed.")
+        return 0
+    print(f"\n{tool}: FAILED ({n_failed} {what}, {len(book_failures)} book-wide problems)")
+    for r in results:
+        for f in r.failures:
+            print(f"  {r.path}: {f}")
+    for f in book_failures:
+        print(f"  book: {f}")
+    return 1
+
+
 def check_phone(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
                 known: set[str], res: PageResult) -> None:
     """The checks at phone width (see the module docstring), added to `res`."""
@@ -650,40 +684,27 @@ def check_phone(context, origin: str, rel: str, toc: Toc, shots: Path | None, ar
         toggle = page.locator(".primary-toggle:visible")
         if toggle.count() == 0:
             res.fail(f"at {width} px there is no visible site-navigation button (☰)")
-        else:
-            toggle.first.click()
-            try:
-                page.wait_for_function(JS_DIALOG_OPEN, arg="pst-primary-sidebar-modal", timeout=3000)
-            except Exception:
-                res.fail(f"at {width} px the site-navigation button (☰) does not open the navigation")
-            else:
-                page.wait_for_timeout(300)  # the dialog's opening transition
-                res.stats["phone_nav"] = check_navigation(
-                    page.evaluate(JS_SIDEBAR), f"the navigation at {width} px", origin, docname, toc, res)
-                if shots is not None and docname == toc.root:
-                    page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone-nav.png")))
-                page.keyboard.press("Escape")
-                if page.evaluate(JS_DIALOG_OPEN, "pst-primary-sidebar-modal"):
-                    res.fail(f"at {width} px Escape does not close the navigation")
+        elif open_dialog(page, toggle.first, "pst-primary-sidebar-modal", f"at {width} px the "
+                         "site-navigation button (☰) does not open the navigation", res):
+            res.stats["phone_nav"] = check_navigation(
+                page.evaluate(JS_SIDEBAR), f"the navigation at {width} px", origin, docname, toc, res)
+            if shots is not None and docname == toc.root:
+                page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone-nav.png")))
+            close_dialog(page, "pst-primary-sidebar-modal", f"at {width} px Escape does not close "
+                         "the navigation", res)
 
         # The page's contents, where the page has some.
         contents = page.locator(".secondary-toggle:visible")
         has_toc = page.evaluate("() => !!document.querySelector('#pst-secondary-sidebar a[href]')")
         if has_toc and contents.count() == 0:
             res.fail(f"at {width} px the page has contents but no visible button to show them")
-        elif contents.count():
-            contents.first.click()
-            try:
-                page.wait_for_function(JS_DIALOG_OPEN, arg="pst-secondary-sidebar-modal", timeout=3000)
-            except Exception:
-                res.fail(f"at {width} px the contents button does not open the page's contents")
-            else:
-                page.wait_for_timeout(300)
-                if not page.evaluate(JS_DIALOG_LINKS, "pst-secondary-sidebar-modal"):
-                    res.fail(f"at {width} px the page's contents open empty")
-                page.keyboard.press("Escape")
-                if page.evaluate(JS_DIALOG_OPEN, "pst-secondary-sidebar-modal"):
-                    res.fail(f"at {width} px Escape does not close the page's contents")
+        elif contents.count() and open_dialog(page, contents.first, "pst-secondary-sidebar-modal",
+                                              f"at {width} px the contents button does not open "
+                                              "the page's contents", res):
+            if not page.evaluate(JS_DIALOG_LINKS, "pst-secondary-sidebar-modal"):
+                res.fail(f"at {width} px the page's contents open empty")
+            close_dialog(page, "pst-secondary-sidebar-modal", f"at {width} px Escape does not close "
+                         "the page's contents", res)
 
         js_errors = [e for e in js_errors if not benign(e, known)]
         if js_errors:
@@ -862,6 +883,27 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
 # --------------------------------------------------------------------------------------
 
 
+def local_only(origin: str, blocked: dict[str, set[str]], current: dict[str, str]):
+    """A Playwright route handler that lets through requests to `origin` (and data:, blob:,
+    about: URLs) and aborts any other, recording it in `blocked` with current["page"]."""
+    def gate(route, request) -> None:
+        url = request.url
+        if url.startswith(origin + "/") or url.startswith(("data:", "blob:", "about:")):
+            route.continue_()
+        else:
+            blocked.setdefault(url, set()).add(current["page"])
+            route.abort("blockedbyclient")
+    return gate
+
+
+def empty_folder(folder: Path | None) -> None:
+    """Create `folder` for screenshots, or remove the PNGs of a previous run from it."""
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.png"):
+            old.unlink()
+
+
 def html_pages(build: Path) -> list[str]:
     out = []
     for f in build.rglob("*.html"):
@@ -951,10 +993,7 @@ def main(argv: list[str] | None = None) -> int:
     book_failures += problems
 
     shots = args.screenshots
-    if shots is not None:
-        shots.mkdir(parents=True, exist_ok=True)
-        for old in shots.glob("*.png"):
-            old.unlink()
+    empty_folder(shots)
 
     t0 = time.perf_counter()
     blocked: dict[str, set[str]] = {}
@@ -972,15 +1011,7 @@ def main(argv: list[str] | None = None) -> int:
         phone = browser.new_context(viewport=PHONE_VIEWPORT, device_scale_factor=1,
                                     service_workers="block")
         current = {"page": ""}
-
-        def gate(route, request) -> None:
-            url = request.url
-            if url.startswith(server.origin + "/") or url.startswith(("data:", "blob:", "about:")):
-                route.continue_()
-            else:
-                blocked.setdefault(url, set()).add(current["page"])
-                route.abort("blockedbyclient")
-
+        gate = local_only(server.origin, blocked, current)
         context.route("**/*", gate)
         phone.route("**/*", gate)
         print(f"check_html: {len(pages)} pages of {build} served at {server.origin}, "
@@ -1032,23 +1063,13 @@ def main(argv: list[str] | None = None) -> int:
                                  "is the check still finding them?")
     for k in sorted(known):
         print(f"check_html: ignored a known harmless browser error: {k}")
-    n_failed = sum(1 for r in results if r.failures)
     print(f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
           f"{n_images} images, {n_solutions} solutions, "
           f"math on {n_math_pages} pages, {n_equations} display equations, "
           f"{n_entries} bibliography entries cited {n_citations} times, "
           f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
           + (f"; screenshots in {shots}" if shots else ""))
-    if not n_failed and not book_failures:
-        print("check_html: all checks passed.")
-        return 0
-    print(f"\ncheck_html: FAILED ({n_failed} pages, {len(book_failures)} book-wide problems)")
-    for r in results:
-        for f in r.failures:
-            print(f"  {r.path}: {f}")
-    for f in book_failures:
-        print(f"  book: {f}")
-    return 1
+    return report("check_html", "pages", results, book_failures)
 
 
 if __name__ == "__main__":

@@ -77,11 +77,11 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "html"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-from check_html import CHROMIUM_ARGS, JS_BOX_HELPERS, MACHINE_PATH, find_chromium, read_toc  # noqa: E402
+from check_html import (CHROMIUM_ARGS, JS_BOX_HELPERS, MACHINE_PATH, PageResult,  # noqa: E402
+                        empty_folder, find_chromium, local_only, read_toc, report)
 from course_book import EVAL_ROLE, SOLUTION_CELL, parse_caption_cell  # noqa: E402
 
 VIEWPORT = {"width": 1280, "height": 2400}
-MAX_SHOWN = 5  # at most this many examples of one kind of failure per chapter state
 # Markup that must never be visible as text in a rendered markdown cell.
 RAW_MARKUP = ["{glue", "{term}", "{eval}", "{numref}", "{doc}", "{ref}", "{cite", "{py:", "{prf:",
               ":label:", ":class:", "Unknown Directive", "Unknown Role"]
@@ -289,25 +289,11 @@ def plain(text: str) -> str:
 # The checks of one state of a chapter ("before" or "after" Run All).
 
 
-@dataclass
-class Result:
-    chapter: str
-    failures: list[str] = field(default_factory=list)
-    stats: dict = field(default_factory=dict)
-
-    def fail(self, what: str, items: list[str] | None = None) -> None:
-        if items is None:
-            self.failures.append(what)
-            return
-        more = f" (and {len(items) - MAX_SHOWN} more)" if len(items) > MAX_SHOWN else ""
-        self.failures.append(what + more + "".join(f"\n        {s}" for s in items[:MAX_SHOWN]))
-
-
 def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")[:120]
 
 
-def check_cells(cells: list[dict], exp: Expectations, res: Result, state: str) -> None:
+def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: str) -> None:
     """The assertions of the module docstring on JS_CELLS's answer."""
     at = f"{state}: "
     by_index = {c["index"]: c for c in cells}
@@ -364,15 +350,12 @@ def check_cells(cells: list[dict], exp: Expectations, res: Result, state: str) -
             if d["open"] or d["body_shown"]:
                 res.fail(f"{at}cell {c['index']}: a dropdown ({d['summary']!r}) is open when it should "
                          "be collapsed")
-    if not_rendered:
-        res.fail(f"{at}{len(not_rendered)} markdown cells not rendered", not_rendered)
-    if raw:
-        res.fail(f"{at}raw markup visible in {len(raw)} places", raw)
-    if not_found:
-        res.fail(f"{at}{len(not_found)} cross-references that jupyterlab-myst cannot resolve "
-                 "(shown in yellow)", not_found)
-    if role_src:
-        res.fail(f"{at}{len(role_src)} roles shown as source text", role_src)
+    for items, what in [(not_rendered, "markdown cells not rendered"),
+                        (raw, "places show raw markup"),
+                        (not_found, "cross-references that jupyterlab-myst cannot resolve (shown in yellow)"),
+                        (role_src, "roles shown as source text")]:
+        if items:
+            res.fail(f"{at}{len(items)} {what}", items)
     all_text = plain(" ".join(c.get("text", "") for c in cells))
     for number, title in enumerate(exp.exercises, start=1):
         if f"Exercise {number} ({plain(title)})" not in all_text:
@@ -413,19 +396,14 @@ def check_cells(cells: list[dict], exp: Expectations, res: Result, state: str) -
                     stderr.append(f"cell {c['index']}: {first_line(o['text'])}")
             if "application/vnd.jupyter.widget-view+json" in o["mimes"] and not o["progress"]:
                 widgets.append(f"cell {c['index']}: {first_line(o['text']) or '(nothing shown)'}")
-    res.stats[f"errors_{state}"] = sum(1 for i in exp.raises for o in by_index[i]["outputs"] if o["type"] == "error")
-    if unexpected:
-        res.fail(f"{at}{len(unexpected)} error outputs in cells not tagged raises-exception", unexpected)
-    if stderr:
-        res.fail(f"{at}{len(stderr)} stderr outputs (the pink box) in cells not tagged allow-stderr", stderr)
-    if bars:
-        res.fail(f"{at}{len(bars)} progress bars printed as text to stderr (use tqdm.auto: a widget "
-                 "in JupyterLab)", bars)
-    if widgets:
-        res.fail(f"{at}{len(widgets)} widget outputs that show no progress bar", widgets)
-    if paths:
-        res.fail(f"{at}{len(paths)} outputs show a machine path (print the error's message instead "
-                 "of its traceback)", paths)
+    for items, what in [
+            (unexpected, "error outputs in cells not tagged raises-exception"),
+            (stderr, "stderr outputs (the pink box) in cells not tagged allow-stderr"),
+            (bars, "progress bars printed as text to stderr (use tqdm.auto: a widget in JupyterLab)"),
+            (widgets, "widget outputs that show no progress bar"),
+            (paths, "outputs show a machine path (print the error's message instead of its traceback)")]:
+        if items:
+            res.fail(f"{at}{len(items)} {what}", items)
 
 
 # --------------------------------------------------------------------------------------
@@ -571,7 +549,7 @@ def expected_hint(checker_source: str) -> str:
     raise ValueError(f"{name.group(1)} accepts the wrong answer {TRIAL_ANSWER!r}")
 
 
-def try_wrong_answer(page, nb_cells: list, res: Result, shots: Path | None) -> None:
+def try_wrong_answer(page, nb_cells: list, res: PageResult, shots: Path | None) -> None:
     """Type TRIAL_ANSWER into the stub, run it and its checker, check the hint is all visible."""
     stub = next((i for i, c in enumerate(nb_cells) if c.cell_type == "code"
                  and c.source.lstrip().startswith(TRIAL_STUB) and "NotImplementedError" in c.source), None)
@@ -617,8 +595,8 @@ def try_wrong_answer(page, nb_cells: list, res: Result, shots: Path | None) -> N
 
 
 def check_chapter(context, lab: Lab, docname: str, book: Path, shots: Path | None, args,
-                  known: set[str]) -> Result:
-    res = Result(docname)
+                  known: set[str]) -> PageResult:
+    res = PageResult(docname)
     name = Path(docname).name
     path = book / f"{name}.ipynb"
     exp = expectations(path)
@@ -728,13 +706,10 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     shots = args.screenshots
-    if shots is not None:
-        shots.mkdir(parents=True, exist_ok=True)
-        for old in shots.glob("*.png"):
-            old.unlink()
+    empty_folder(shots)
 
     t0 = time.perf_counter()
-    results: list[Result] = []
+    results: list[PageResult] = []
     blocked: dict[str, set[str]] = {}
     known: set[str] = set()
     try:
@@ -746,20 +721,12 @@ def main(argv: list[str] | None = None) -> int:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
             context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1, service_workers="block")
-            current = {"chapter": ""}
-
-            def gate(route, request) -> None:
-                if request.url.startswith(lab.origin + "/") or request.url.startswith(("data:", "blob:", "about:")):
-                    route.continue_()
-                else:
-                    blocked.setdefault(request.url, set()).add(current["chapter"])
-                    route.abort("blockedbyclient")
-
-            context.route("**/*", gate)
+            current = {"page": ""}
+            context.route("**/*", local_only(lab.origin, blocked, current))
             print(f"check_lab: {len(chapters)} chapters in JupyterLab at {lab.origin} (a copy of {book}), "
                   f"Chromium {browser.version}, network blocked")
             for docname in chapters:
-                current["chapter"] = docname
+                current["page"] = docname
                 t_chapter = time.perf_counter()
                 r = check_chapter(context, lab, docname, book, shots, args, known)
                 results.append(r)
@@ -785,26 +752,17 @@ def main(argv: list[str] | None = None) -> int:
             if found < least:
                 book_failures.append(f"found {found} {what} in the whole book, expected at least {least}: "
                                      "is the check still finding them?")
-    trial = next((r for r in results if r.chapter == TRIAL_CHAPTER), None)
+    trial = next((r for r in results if r.path == TRIAL_CHAPTER), None)
     if trial is not None and "hint" not in trial.stats:
         book_failures.append(f"the wrong answer was not tried in {TRIAL_CHAPTER}")
     for why in sorted(known):
         print(f"check_lab: ignored known harmless messages: {why}")
-    n_failed = sum(1 for r in results if r.failures)
     print(f"check_lab: {len(results)} chapters in {time.perf_counter() - t0:.1f} s"
           + (f"; screenshots in {shots}" if shots else ""))
-    if not n_failed and not book_failures:
-        print("check_lab: all checks passed.")
-        return 0
-    print(f"\ncheck_lab: FAILED ({n_failed} chapters, {len(book_failures)} book-wide problems)")
-    for r in results:
-        for f in r.failures:
-            print(f"  {r.chapter}: {f}")
-    for f in book_failures:
-        print(f"  book: {f}")
+    status = report("check_lab", "chapters", results, book_failures)
     if any("could not check" in f or "did not open" in f for r in results for f in r.failures):
         print(f"\nJupyterLab's log ends:\n{log}")
-    return 1
+    return status
 
 
 if __name__ == "__main__":
