@@ -26,8 +26,8 @@ every code cell has run, and reports the run time), it asserts:
   right after a cell that shows its image and renders as "Figure N: ...";
 * no raw markup is visible: `{glue`, `{term}`, `{eval}`, `{numref}`, `{doc}`, `{ref}`, `{cite}`,
   `{py:`, `{prf:`, `:label:`, `:class:`, jupyterlab-myst's "Unknown Directive"/"Unknown Role"
-  boxes, or a cross-reference it marks as not found; no role left as its source text (a
-  `{glue:text}`name:.2f`` shown as "name:.2f", a `{py:func}`~x.y`` shown as "~x.y");
+  boxes, or a reference or citation it marks as not found (in yellow); no role left as its
+  source text (a `{glue:text}`name:.2f`` shown as "name:.2f", a `{py:func}`~x.y`` as "~x.y");
 * every inline expression shows its stored value (not `<code>name</code>`);
 * every exercise title shows as "Exercise N (Title)"; every `{solution}` dropdown is closed, and
   every code cell tagged `solution` is collapsed to its first line, a comment (so is every
@@ -168,8 +168,10 @@ JS_CELLS = """() => {""" + JS_NOTEBOOK + JS_BOX_HELPERS + """
       info.details = out ? Array.from(out.querySelectorAll('details')).map(d => ({
           open: d.open, summary: (d.querySelector('summary') || d).innerText.slice(0, 80),
           body_shown: Array.from(d.children).some(c => c.tagName !== 'SUMMARY' && vis(c))})) : [];
-      info.not_found = out ? Array.from(out.querySelectorAll('[title="Cross Reference Not Found"]'))
-                                  .map(e => e.innerText.slice(0, 60)) : [];
+      // jupyterlab-myst's marks for what it cannot resolve: "Cross Reference Not Found",
+      // "Citation Not Found" (the key shown in yellow).
+      info.not_found = out ? Array.from(out.querySelectorAll('[title$="Not Found"]'))
+                                  .map(e => `${e.title}: ${e.innerText.slice(0, 60)}`) : [];
     } else if (m.type === 'code') {
       const placeholder = node.querySelector('.jp-InputPlaceholder');
       info.input_collapsed = vis(placeholder) && !vis(node.querySelector('.jp-InputArea-editor'));
@@ -332,7 +334,7 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
             at_marker = text.find(marker)
             if at_marker >= 0:
                 raw.append(f"cell {c['index']}: {marker!r} in ...{text[max(0, at_marker - 40):at_marker + 60]!r}")
-        not_found += [f"cell {c['index']}: {t!r}" for t in c["not_found"]]
+        not_found += [f"cell {c['index']}: {t}" for t in c["not_found"]]
         for role, content in exp.roles.get(c["index"], []):
             shown = content.strip()
             raw_form = role.startswith("glue") or shown.startswith("~") or re.search(r"<[^>]+>$", shown)
@@ -352,7 +354,8 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
                          "be collapsed")
     for items, what in [(not_rendered, "markdown cells not rendered"),
                         (raw, "places show raw markup"),
-                        (not_found, "cross-references that jupyterlab-myst cannot resolve (shown in yellow)"),
+                        (not_found, "references or citations that jupyterlab-myst cannot resolve "
+                                    "(shown in yellow)"),
                         (role_src, "roles shown as source text")]:
         if items:
             res.fail(f"{at}{len(items)} {what}", items)
