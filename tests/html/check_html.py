@@ -64,8 +64,9 @@ CSS file may reference an external script, stylesheet, font or image.
 
 A full-page screenshot of each page is saved as SCREENSHOTS/<page path with / -> ->.png
 (taken with solutions collapsed), one at phone width as ...-phone.png, and one of the root
-page with the phone navigation open as ...-phone-nav.png. The script prints one line per page, then every failure,
-and exits 1 if anything failed (2 for a usage problem: no build, no Chromium, no toc).
+page with the phone navigation open as ...-phone-nav.png. The script prints one line per page,
+then every failure, and exits 1 if anything failed (2 for a usage problem: no build, no
+Chromium, no toc).
 """
 
 from __future__ import annotations
@@ -339,6 +340,14 @@ RAW_TEX = [
 ]
 
 
+def machine_path_line(text: str) -> str | None:
+    """The first line of `text` that shows a machine path (MACHINE_PATH), or None."""
+    m = MACHINE_PATH.search(text)
+    if m is None:
+        return None
+    return text[text.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0].strip()[:160]
+
+
 def raw_tex(text: str) -> list[str]:
     """Snippets of `text` that look like TeX the browser did not render."""
     flat = re.sub(r"\s+", " ", text)
@@ -610,17 +619,6 @@ def check_equations_and_errors(page, res: PageResult, width: str) -> None:
                  "out of view", unwrapped)
 
 
-_favicons: dict[str, int] = {}
-
-
-def favicon_status(context, url: str) -> int:
-    """HTTP status of `url` (fetched once per run)."""
-    if url not in _favicons:
-        response = context.request.get(url)
-        _favicons[url] = response.status if response.body() else 0
-    return _favicons[url]
-
-
 def open_dialog(page, button, dialog: str, failure: str, res: PageResult) -> bool:
     """Click `button`; True if the <dialog id=`dialog`> opened, else record `failure`."""
     button.click()
@@ -786,12 +784,7 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
                      cells["silent"])
         for line in cells["stderr"]:
             res.notes.append(f"stderr output: {line}")
-        paths = []
-        for text in page.evaluate(JS_OUTPUT_TEXTS):
-            for m in MACHINE_PATH.finditer(text):
-                line = text[text.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0].strip()
-                paths.append(line[:160])
-                break
+        paths = [line for line in map(machine_path_line, page.evaluate(JS_OUTPUT_TEXTS)) if line]
         if paths:
             res.fail(f"{len(paths)} cell output(s) show a machine path (print the error's message "
                      "instead of its traceback)", paths)
@@ -801,9 +794,9 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
         if not icons:
             res.fail("no favicon (<link rel=\"icon\">): the browser asks for /favicon.ico")
         for url in icons:
-            status = favicon_status(context, url)
-            if status != 200:
-                res.fail(f"the favicon {url} does not load (HTTP {status})")
+            response = context.request.get(url)
+            if response.status != 200 or not response.body():
+                res.fail(f"the favicon {url} does not load (HTTP {response.status})")
 
         check_equations_and_errors(page, res, "")
 

@@ -77,8 +77,8 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "html"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-from check_html import (CHROMIUM_ARGS, JS_BOX_HELPERS, MACHINE_PATH, PageResult,  # noqa: E402
-                        empty_folder, find_chromium, local_only, read_toc, report)
+from check_html import (CHROMIUM_ARGS, JS_BOX_HELPERS, PageResult, empty_folder,  # noqa: E402
+                        find_chromium, local_only, machine_path_line, read_toc, report)
 from course_book import EVAL_ROLE, SOLUTION_CELL, parse_caption_cell  # noqa: E402
 
 VIEWPORT = {"width": 1280, "height": 2400}
@@ -125,9 +125,12 @@ JS_LOADED = """(n) => {
 
 JS_DIALOG = """() => Array.from(document.querySelectorAll('.jp-Dialog')).map(d => d.innerText.slice(0, 200))"""
 
+# Count the kernel's execute_input and error messages from now on (listening once per page).
 JS_WATCH_KERNEL = """() => {""" + JS_NOTEBOOK + """
   const kernel = panel.sessionContext.session.kernel;
+  const listening = !!window.__labcheck;
   window.__labcheck = {inputs: 0, errors: 0, last: Date.now()};
+  if (listening) return;
   kernel.iopubMessage.connect((_, msg) => {
     const t = msg.header.msg_type;
     if (t === 'execute_input') window.__labcheck.inputs++;
@@ -388,10 +391,9 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
         if "raises-exception" in tags and not any(o["visible"] for o in errors):
             res.fail(f"{at}cell {c['index']} is tagged raises-exception but shows no error")
         for o in c["outputs"]:
-            m = MACHINE_PATH.search(o["text"])
-            if m:
-                start = o["text"].rfind("\n", 0, m.start()) + 1
-                paths.append(f"cell {c['index']}: {o['text'][start:].splitlines()[0].strip()[:120]}")
+            line = machine_path_line(o["text"])
+            if line:
+                paths.append(f"cell {c['index']}: {line}")
             if o["type"] == "stream" and o["name"] == "stderr":
                 if TQDM_TEXT.search(o["text"]):
                     bars.append(f"cell {c['index']}: {first_line(o['text'])}")
@@ -466,8 +468,9 @@ class Lab:
                     return self
             except OSError:
                 time.sleep(0.5)
+        log = self.log_tail()
         self.__exit__()
-        raise RuntimeError(f"JupyterLab did not start; its log ends:\n{self.log_tail()}")
+        raise RuntimeError(f"JupyterLab did not start; its log ends:\n{log}")
 
     def log_tail(self, n: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-n:]
@@ -535,7 +538,7 @@ def run_all(page, exp: Expectations, timeout: float) -> tuple[float, str | None]
 
 def expected_hint(checker_source: str) -> str:
     """The hint the package's checker gives for TRIAL_ANSWER (the checker cell's function)."""
-    import torch  # noqa: F401  (the answer uses it)
+    import torch
     from minitransformer import exercises
     from minitransformer.exercises._core import ExerciseError
 
@@ -594,7 +597,7 @@ def try_wrong_answer(page, nb_cells: list, res: PageResult, shots: Path | None) 
         res.fail(f"the checker's hint is cut by {errors[0]['cut']}")
     res.stats["hint"] = "shown" if len(res.failures) == before else "FAIL"
     if shots is not None:
-        page.locator(".jp-Notebook .jp-Cell").nth(stub + 1).screenshot(path=str(shots / "warmup-hint.png"))
+        page.locator(".jp-Notebook .jp-Cell").nth(stub + 1).screenshot(path=str(shots / f"{Path(TRIAL_CHAPTER).name}-hint.png"))
 
 
 def check_chapter(context, lab: Lab, docname: str, book: Path, shots: Path | None, args,
