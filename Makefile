@@ -4,9 +4,8 @@
 #   make test-portable  replay every notebook as another CPU computes (torch's unvectorised
 #                    kernels, MKL's compatibility path, one thread): outputs must not change
 #   make check-html  open every page of the built book (built first if missing) in headless
-#                    Chromium, at laptop and at phone width, and check it
-#   make check-lab   open every chapter in JupyterLab in headless Chromium, before and after
-#                    Run All, and check what a learner sees; some: make check-lab CHAPTERS=warmup
+#                    Chromium, at 1280 and at 390 px wide, and check it
+#   make check-lab   check every chapter in JupyterLab in headless Chromium, before and after Run All
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
 #   make notebooks   re-execute the notebooks in place (refreshes their committed outputs);
@@ -23,7 +22,7 @@ PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install book test test-portable check-html check-lab chromium lab serve notebooks bench lock clean distclean
+.PHONY: install book test test-portable check-html check-lab lab serve notebooks bench lock clean distclean
 
 install: $(STAMP)
 
@@ -67,17 +66,18 @@ test: $(STAMP)
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest book
 
-check-html: $(STAMP) chromium
+# Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
+INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+check-html: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
+	@$(INSTALL_CHROMIUM)
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
 
 # Every chapter, or some: make check-lab CHAPTERS="warmup attention".
-check-lab: $(STAMP) chromium
+check-lab: $(STAMP)
+	@$(INSTALL_CHROMIUM)
 	$(BIN)/python tests/lab/check_lab.py --screenshots _build/lab-screenshots $(foreach c,$(CHAPTERS),--chapter $(c))
-
-# Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
-chromium:
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # Jupyter refuses to start as root unless told; containers and CI machines often run as root.
 LAB_FLAGS := --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)
