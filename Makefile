@@ -4,7 +4,8 @@
 #   make book        build the HTML book into _build/html/ (installs first if needed)
 #   make test        run the unit tests and every notebook under nbval (installs first if needed)
 #   make test-portable  replay every notebook as another CPU computes: outputs must not change
-#   make check-html  check every page of the built book in headless Chromium (builds it if missing)
+#   make check-html  check every page of the built book in Chromium, at 1280 and 390 px (builds it if missing)
+#   make check-lab   check every chapter in JupyterLab in Chromium, before and after Run All
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
 #   make notebooks   re-execute the notebooks in place (one: NOTEBOOKS=book/NAME.ipynb)
@@ -22,7 +23,7 @@ PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install book test test-portable check-html lab serve notebooks bench lock clean distclean help
+.PHONY: install book test test-portable check-html check-lab lab serve notebooks bench lock clean distclean help
 
 install: $(STAMP)
 
@@ -66,10 +67,18 @@ test: $(STAMP)
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest book
 
+# Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
+INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 check-html: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
-	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@$(INSTALL_CHROMIUM)
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
+
+# Every chapter, or some: make check-lab CHAPTERS="warmup attention".
+check-lab: $(STAMP)
+	@$(INSTALL_CHROMIUM)
+	$(BIN)/python tests/lab/check_lab.py --screenshots _build/lab-screenshots $(foreach c,$(CHAPTERS),--chapter $(c))
 
 # Jupyter refuses to start as root unless told; containers and CI machines often run as root.
 LAB_FLAGS := --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)

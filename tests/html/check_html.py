@@ -10,7 +10,11 @@ starts and stops itself), drives the system Chromium (`/usr/bin/chromium`, Debia
 `chromium`) through Playwright, and aborts every request that does not go to that local
 server, so the book is checked exactly as a reader without network access would see it.
 
-For every page it asserts:
+Every page is checked twice: in a 1280 px wide window (a laptop) and in a 390 px wide one (a
+phone; a plain narrow window, not Chromium's mobile emulation, which would zoom a too-wide page
+out to fit and so hide exactly the sideways scrolling this looks for).
+
+At 1280 px, for every page it asserts:
 
 * the page loads with no JavaScript error, no failed local request (404, ...) and no attempt
   to reach the network (a CDN script, stylesheet or font);
@@ -18,7 +22,11 @@ For every page it asserts:
   (`MathJax.startup.promise`), every `.math` element holds an `mjx-container`, MathJax reported
   no TeX error (`mjx-merror`), and no raw TeX (`$$`, `\\(`, `\\[`, `\\begin{`, `\\frac`,
   `$x$` ...) is left in the visible text outside code blocks;
-* every `<img>` loaded (`complete` and `naturalWidth > 0`), and every `<figure>` shows one;
+* every `<img>` loaded (`complete` and `naturalWidth > 0`) and has an alt text that is not a
+  file name, and every `<figure>` shows one;
+* no cell output shows a machine path (`/work/`, `/home/`, `/tmp/`, `site-packages`, `.venv`):
+  a traceback must show the message a reader needs, not the build machine's files;
+* the page names a favicon (`<link rel="icon">`) that loads;
 * no cell error output (a traceback, or stderr that holds an exception) appears, except in
   cells tagged `raises-exception`; and each cell tagged `raises-exception` does show its error;
 * the sidebar (`nav.bd-docs-nav`) links to every page listed in `_toc.yml`, the top-level
@@ -28,20 +36,44 @@ For every page it asserts:
   reveals it;
 * the search page (search.html) finds the longest word of the root page's title.
 
-Book-wide, at least one solution, one image and one page with math must have been found (a
-check that finds nothing to check fails rather than passing silently; see --min-*), every page of
-`_toc.yml` must have been built, and no HTML or CSS file may reference an external script,
-stylesheet, font or image.
+At both widths it asserts:
+
+* no display equation is clipped: it fits its box, or its box scrolls sideways (to the
+  equation's end) and shows that it does (the edge shadow of `book/_static/course.css`: a phone
+  draws no scrollbar until one scrolls), and no enclosing box or the window cuts it;
+* every error output (a checker's hint, a traceback) wraps: its text is wider than its box
+  nowhere, so the whole hint is visible without scrolling.
+
+At 390 px it also asserts:
+
+* the page does not scroll sideways (`document.documentElement.scrollWidth <= innerWidth`; a
+  failure names the elements that stick out);
+* the site-navigation button (☰) is visible and opens the navigation, which links to every page
+  of `_toc.yml` and shows every chapter; the contents button, where the page has one, opens the
+  page's contents; Escape closes both;
+* no JavaScript error, as at 1280 px.
+
+The bibliography is checked from the HTML files: its labels are author-year ("Vaswani et al.,
+2017"), like the citations in the text, and every citation in the text links to an entry
+with its label, or the label's year or authors (a textual citation, "Vaswani et al. [2017]").
+
+Book-wide, at least one solution, one image, one page with math, one display equation and
+one citation must have been found (a check that finds nothing to check fails rather than
+passing silently; see --min-*), every page of `_toc.yml` must have been built, and no HTML or
+CSS file may reference an external script, stylesheet, font or image.
 
 A full-page screenshot of each page is saved as SCREENSHOTS/<page path with / -> ->.png
-(taken with solutions collapsed). The script prints one line per page, then every failure,
-and exits 1 if anything failed (2 for a usage problem: no build, no Chromium, no toc).
+(taken with solutions collapsed), one at phone width as ...-phone.png, and one of the root
+page with the phone navigation open as ...-phone-nav.png. The script prints one line per page,
+then every failure, and exits 1 if anything failed (2 for a usage problem: no build, no
+Chromium, no toc).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import html
 import http.server
 import os
 import re
@@ -68,16 +100,17 @@ CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
 ]
 VIEWPORT = {"width": 1280, "height": 900}  # wide enough for the theme to show the sidebar
+PHONE_VIEWPORT = {"width": 390, "height": 844}  # a current phone's CSS pixels
 # Folders of a Sphinx HTML build that hold assets, not pages.
 ASSET_DIRS = {"_static", "_sources", "_images", "_downloads", "_sphinx_design_static", "_panels_static"}
 MAX_SHOWN = 5  # at most this many examples of one kind of failure per page
+# What must not appear in a cell output: paths of the machine that built the book.
+MACHINE_PATH = re.compile(r"/work/|/home/|/tmp/|site-packages|\.venv\b")
+# An alt text that is only an image's file name (Sphinx's default when a figure has no alt).
+FILE_NAME_ALT = re.compile(r"(^|/)[^\s/]+\.(png|jpe?g|gif|svg|webp)$|_images/", re.I)
 # Browser errors that Jupyter Book 1 pages always raise and that change nothing a reader sees.
 # They are reported as notes, once per run, not as failures. Keep this list short and explained.
 KNOWN_BENIGN = [
-    # sphinx-thebe's inline config script is added twice to every page (Sphinx 7 registers
-    # JS added at builder-inited/env-before-read-docs twice); the second `const` fails, the
-    # first one stays in force. Thebe (live code) is not used by this book anyway.
-    (re.compile(r"Identifier 'THEBE_JS_URL' has already been declared"), "sphinx-thebe config script included twice"),
     # pydata-sphinx-theme on a first visit with empty localStorage; it falls back to "auto".
     (re.compile(r"Got invalid theme mode: \S*\. Resetting to auto"), "pydata theme, first visit"),
 ]
@@ -198,6 +231,103 @@ JS_SOLUTION_SHOWN = """(id) => {
          && body.some(c => c.getBoundingClientRect().height > 0);
 }"""
 
+JS_OUTPUT_TEXTS = """() => Array.from(document.querySelectorAll('.cell_output .output')).map(el => {
+  const pre = el.querySelector('pre');
+  return (pre || el).textContent || '';
+})"""
+
+JS_FAVICON = """() => Array.from(document.querySelectorAll('link[rel~="icon"]')).map(l => l.href)"""
+
+# A box that clips its content sideways, or an enclosing one that cuts it, for both checks below.
+JS_BOX_HELPERS = """
+  const scrolls = el => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  // The first enclosing box (or the window) that cuts `el`'s rectangle on the left or right.
+  const cutBy = el => {
+    const r = el.getBoundingClientRect();
+    if (r.left < -1 || r.right > innerWidth + 1) return 'the window';
+    for (let p = el.parentElement; p && p !== document.documentElement; p = p.parentElement) {
+      if (getComputedStyle(p).overflowX === 'visible') continue;
+      const pr = p.getBoundingClientRect();
+      if (r.left < pr.left - 1 || r.right > pr.right + 1)
+        return p.tagName.toLowerCase() + (p.className ? '.' + String(p.className).trim().split(/\\s+/).join('.') : '');
+    }
+    return null;
+  };
+"""
+
+# Display equations: {n, scrolling, clipped: [why ...]}.
+JS_EQUATIONS = """() => {""" + JS_BOX_HELPERS + """
+  const boxes = Array.from(document.querySelectorAll('mjx-container[display="true"]'));
+  const clipped = [];
+  let scrolling = 0;
+  for (const box of boxes) {
+    const tex = (box.closest('.math') || box).textContent.replace(/\\s+/g, ' ').trim().slice(0, 60);
+    if (!box.checkVisibility()) continue;  // in a collapsed solution or dropdown
+    const math = box.querySelector('mjx-math') || box;
+    const cut = cutBy(box);
+    if (cut) { clipped.push(`cut by ${cut}: ${tex}`); continue; }
+    if (box.scrollWidth <= box.clientWidth + 1) continue;  // it fits
+    if (!scrolls(box)) { clipped.push(`wider than its box (${box.scrollWidth} > ${box.clientWidth} px), which does not scroll: ${tex}`); continue; }
+    const before = box.scrollLeft;
+    box.scrollLeft = box.scrollWidth;
+    const reachable = math.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1;
+    box.scrollLeft = before;
+    const s = getComputedStyle(box);
+    const cue = /gradient/.test(s.backgroundImage) && /local/.test(s.backgroundAttachment);
+    if (!reachable) clipped.push(`its end cannot be scrolled into view: ${tex}`);
+    else if (!cue) clipped.push(`scrolls (${box.scrollWidth} > ${box.clientWidth} px) with nothing to show it does (no edge shadow): ${tex}`);
+    else scrolling++;
+  }
+  return {n: boxes.length, scrolling, clipped};
+}"""
+
+# Error outputs (tracebacks, a checker's hint) whose text does not wrap: [last line ...].
+JS_UNWRAPPED_ERRORS = """() => {""" + JS_BOX_HELPERS + """
+  const out = [];
+  for (const pre of document.querySelectorAll(
+      '.cell_output .output.traceback pre, .cell_output .output.error pre, .cell_output .output.stderr pre')) {
+    if (!pre.checkVisibility()) continue;  // in a collapsed solution
+    const lines = pre.textContent.split('\\n').map(l => l.trim()).filter(Boolean);
+    const text = (lines.length ? lines[lines.length - 1] : '').slice(0, 100);
+    const cut = cutBy(pre);
+    if (pre.scrollWidth > pre.clientWidth + 1)
+      out.push(`${pre.scrollWidth} px of text in a ${pre.clientWidth} px box: ${text}`);
+    else if (cut) out.push(`cut by ${cut}: ${text}`);
+  }
+  return out;
+}"""
+
+# Sideways scrolling of the page, and the outermost elements that stick out to the right.
+JS_PAGE_WIDTH = """() => {
+  const W = innerWidth, width = document.documentElement.scrollWidth;
+  const culprits = [];
+  if (width > W + 1) {
+    const sticksOut = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.right > W + 1; };
+    const clips = el => getComputedStyle(el).overflowX !== 'visible';
+    const walk = el => {
+      for (const c of el.children) {
+        if (!sticksOut(c)) { if (!clips(c)) walk(c); continue; }
+        if (getComputedStyle(c).position === 'fixed') continue;  // off-canvas panels do not widen the page
+        const inner = Array.from(c.children).some(sticksOut);
+        if (inner && !clips(c)) { walk(c); continue; }
+        culprits.push(`<${c.tagName.toLowerCase()} class="${String(c.className).slice(0, 60)}"> `
+                      + `to ${Math.round(c.getBoundingClientRect().right)} px: `
+                      + (c.textContent || '').replace(/\\s+/g, ' ').trim().slice(0, 60));
+      }
+    };
+    walk(document.body);
+  }
+  return {width, innerWidth: W, culprits: culprits.slice(0, 20)};
+}"""
+
+JS_DIALOG_OPEN = """(id) => !!(document.getElementById(id) || {}).open"""
+
+JS_DIALOG_LINKS = """(id) => {
+  const d = document.getElementById(id);
+  return d ? Array.from(d.querySelectorAll('a[href]'))
+                  .filter(a => a.checkVisibility({visibilityProperty: true, opacityProperty: true})).length : 0;
+}"""
+
 # --------------------------------------------------------------------------------------
 # Raw TeX left in the prose. Each pattern: (description, regex).
 RAW_TEX = [
@@ -208,6 +338,14 @@ RAW_TEX = [
     ("TeX command", re.compile(r"\\[A-Za-z]{2,}")),
     ("inline $...$", re.compile(r"(?<![\w$])\$[^\s$](?:[^$\n]{0,200}?[^\s$])?\$(?![\w$])")),
 ]
+
+
+def machine_path_line(text: str) -> str | None:
+    """The first line of `text` that shows a machine path (MACHINE_PATH), or None."""
+    m = MACHINE_PATH.search(text)
+    if m is None:
+        return None
+    return text[text.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0].strip()[:160]
 
 
 def raw_tex(text: str) -> list[str]:
@@ -311,6 +449,59 @@ def external_references(build: Path, pages: list[str] | None = None) -> list[str
 
 
 # --------------------------------------------------------------------------------------
+# Static scan: the bibliography's labels and the citations that link to them.
+
+CITATION_ENTRY = re.compile(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">(.*?)<p>', re.S)
+LINK = re.compile(r'<a\b([^>]*)>(.*?)</a>', re.S)
+AUTHOR_YEAR = re.compile(r"^(?P<authors>\D.*?), (?P<year>\d{4}[a-z]?)$")
+
+
+def _text(html_fragment: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", html_fragment))).strip()
+
+
+def citation_problems(build: Path, pages: list[str]) -> tuple[int, int, list[str]]:
+    """(entries, citations, problems): every bibliography label must be author-year, and every
+    citation in the text must show its entry's label, or that label's year or authors."""
+    labels: dict[tuple[str, str], str] = {}  # (page, id) -> label
+    texts = {p: (build / p).read_text(errors="replace") for p in pages}
+    not_author_year, mismatched = [], []
+    for page, text in texts.items():
+        for ident, label_html in CITATION_ENTRY.findall(text):
+            label = _text(label_html).strip("[] ")
+            labels[(page, ident)] = label
+            if not AUTHOR_YEAR.match(label):
+                not_author_year.append(f"{page}#{ident}: [{label}]")
+    n_citations = 0
+    for page, text in texts.items():
+        for attrs, inner in LINK.findall(text):
+            href = re.search(r'\bhref="([^"]*)"', attrs)
+            if not href or "doc-backlink" in attrs or "#" not in href.group(1):
+                continue
+            target, _, ident = href.group(1).partition("#")
+            target = (Path(page).parent / target).as_posix() if target else page
+            target = os.path.normpath(target)
+            label = labels.get((target, ident))
+            if label is None:
+                continue
+            n_citations += 1
+            shown = _text(inner)
+            m = AUTHOR_YEAR.match(label)
+            allowed = {label} | ({m["year"], m["authors"]} if m else set())
+            if shown not in allowed:
+                mismatched.append(f"{page}: {shown!r} cites [{label}]")
+    problems = []
+    for what, items in [
+            ("bibliography labels are not author-year (like 'Vaswani et al., 2017')", not_author_year),
+            ("citations in the text do not show their entry's label (or its year or authors)",
+             sorted(set(mismatched)))]:
+        if items:
+            more = f" (and {len(items) - MAX_SHOWN} more)" if len(items) > MAX_SHOWN else ""
+            problems.append(f"{len(items)} {what}{more}" + "".join(f"\n        {i}" for i in items[:MAX_SHOWN]))
+    return len(labels), n_citations, problems
+
+
+# --------------------------------------------------------------------------------------
 # The local server.
 
 
@@ -387,6 +578,141 @@ def benign(message: str, seen: set[str]) -> bool:
     return False
 
 
+def check_navigation(links: list[dict] | None, where: str, origin: str, docname: str, toc: Toc,
+                     res: PageResult) -> str:
+    """Check the site navigation's links (JS_SIDEBAR's answer); return 'linked/all' pages."""
+    if links is None:
+        res.fail(f"no site navigation (nav.bd-docs-nav) in {where}")
+        return "-"
+    targets: dict[str, list[dict]] = {}
+    for a in links:
+        name = page_docname(a["href"], origin)
+        if name is not None:
+            targets.setdefault(name, []).append(a)
+    missing = [p for p in toc.pages if p not in targets]
+    hidden = [c for c in toc.chapters if c in targets and not any(a["visible"] for a in targets[c])]
+    if not links:
+        res.fail(f"{where} has no links at all")
+    if missing:
+        res.fail(f"{where} does not link to {len(missing)} of the {len(toc.pages)} pages in _toc.yml",
+                 missing)
+    if hidden:
+        res.fail(f"chapters linked but not visible in {where}", hidden)
+    if docname in toc.pages and docname != toc.root and docname in targets \
+            and not any(a["current"] for a in targets[docname]):
+        res.fail(f"{where} does not mark this page as the current one (stale build?)")
+    return f"{len(toc.pages) - len(missing)}/{len(toc.pages)}"
+
+
+def check_equations_and_errors(page, res: PageResult, width: str) -> None:
+    """Display equations not clipped, error outputs wrapped (both widths; `width` names the
+    narrow one in the messages)."""
+    eqs = page.evaluate(JS_EQUATIONS)
+    res.stats["equations" + width] = eqs["n"]
+    res.stats["equations_scrolling" + width] = eqs["scrolling"]
+    at = f" at {width} px" if width else ""
+    if eqs["clipped"]:
+        res.fail(f"{len(eqs['clipped'])} of {eqs['n']} display equations clipped{at}", eqs["clipped"])
+    unwrapped = page.evaluate(JS_UNWRAPPED_ERRORS)
+    if unwrapped:
+        res.fail(f"{len(unwrapped)} error output(s) do not wrap{at}: the end of the message is "
+                 "out of view", unwrapped)
+
+
+def open_dialog(page, button, dialog: str, failure: str, res: PageResult) -> bool:
+    """Click `button`; True if the <dialog id=`dialog`> opened, else record `failure`."""
+    button.click()
+    try:
+        page.wait_for_function(JS_DIALOG_OPEN, arg=dialog, timeout=3000)
+    except Exception:
+        res.fail(failure)
+        return False
+    page.wait_for_timeout(300)  # the dialog's opening transition
+    return True
+
+
+def close_dialog(page, dialog: str, failure: str, res: PageResult) -> None:
+    """Press Escape; record `failure` if the <dialog id=`dialog`> stays open."""
+    page.keyboard.press("Escape")
+    if page.evaluate(JS_DIALOG_OPEN, dialog):
+        res.fail(failure)
+
+
+def report(tool: str, what: str, results: list[PageResult], book_failures: list[str]) -> int:
+    """Print the verdict and every failure; return the exit status (0 passed, 1 failed)."""
+    n_failed = sum(1 for r in results if r.failures)
+    if not n_failed and not book_failures:
+        print(f"{tool}: all checks passed.")
+        return 0
+    print(f"\n{tool}: FAILED ({n_failed} {what}, {len(book_failures)} book-wide problems)")
+    for r in results:
+        for f in r.failures:
+            print(f"  {r.path}: {f}")
+    for f in book_failures:
+        print(f"  book: {f}")
+    return 1
+
+
+def check_phone(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
+                known: set[str], res: PageResult) -> None:
+    """The checks at phone width (see the module docstring), added to `res`."""
+    docname = rel[: -len(".html")]
+    width = str(PHONE_VIEWPORT["width"])
+    page = context.new_page()
+    page.set_default_timeout(args.timeout * 1000)
+    js_errors: list[str] = []
+    page.on("pageerror", lambda e: js_errors.append(str(e).splitlines()[0][:200]))
+    try:
+        page.goto(f"{origin}/{rel}", wait_until="load")
+        ms = int(args.timeout * 1000)
+        page.evaluate(JS_FONTS_READY, ms)
+        page.evaluate(JS_MATHJAX_READY, ms)
+        page.evaluate(JS_IMAGES)  # wait for the images: they set the page's width
+
+        sideways = page.evaluate(JS_PAGE_WIDTH)
+        res.stats["phone_width"] = sideways["width"]
+        if sideways["width"] > sideways["innerWidth"] + 1:
+            res.fail(f"at {width} px the page scrolls sideways: it is {sideways['width']} px wide",
+                     sideways["culprits"])
+        check_equations_and_errors(page, res, width)
+        if shots is not None:
+            page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone.png")), full_page=True)
+
+        # The site navigation: the visible ☰ button must open it, Escape close it.
+        toggle = page.locator(".primary-toggle:visible")
+        if toggle.count() == 0:
+            res.fail(f"at {width} px there is no visible site-navigation button (☰)")
+        elif open_dialog(page, toggle.first, "pst-primary-sidebar-modal", f"at {width} px the "
+                         "site-navigation button (☰) does not open the navigation", res):
+            res.stats["phone_nav"] = check_navigation(
+                page.evaluate(JS_SIDEBAR), f"the navigation at {width} px", origin, docname, toc, res)
+            if shots is not None and docname == toc.root:
+                page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone-nav.png")))
+            close_dialog(page, "pst-primary-sidebar-modal", f"at {width} px Escape does not close "
+                         "the navigation", res)
+
+        # The page's contents, where the page has some.
+        contents = page.locator(".secondary-toggle:visible")
+        has_toc = page.evaluate("() => !!document.querySelector('#pst-secondary-sidebar a[href]')")
+        if has_toc and contents.count() == 0:
+            res.fail(f"at {width} px the page has contents but no visible button to show them")
+        elif contents.count() and open_dialog(page, contents.first, "pst-secondary-sidebar-modal",
+                                              f"at {width} px the contents button does not open "
+                                              "the page's contents", res):
+            if not page.evaluate(JS_DIALOG_LINKS, "pst-secondary-sidebar-modal"):
+                res.fail(f"at {width} px the page's contents open empty")
+            close_dialog(page, "pst-secondary-sidebar-modal", f"at {width} px Escape does not close "
+                         "the page's contents", res)
+
+        js_errors = [e for e in js_errors if not benign(e, known)]
+        if js_errors:
+            res.fail(f"{len(js_errors)} JavaScript error(s) at {width} px", js_errors)
+    except Exception as exc:
+        res.fail(f"could not check the page at {width} px: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    finally:
+        page.close()
+
+
 def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
                known: set[str]) -> PageResult:
     res = PageResult(rel)
@@ -437,6 +763,11 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
         res.stats["images"] = len(imgs["images"])
         if broken:
             res.fail(f"{len(broken)} of {len(imgs['images'])} images did not load", broken)
+        no_alt = [f"{i['src'][:80]!r} (alt {i['alt'][:80]!r})" for i in imgs["images"]
+                  if not i["alt"].strip() or FILE_NAME_ALT.search(i["alt"].strip())]
+        if no_alt:
+            res.fail(f"{len(no_alt)} of {len(imgs['images'])} images have no alt text but a file name "
+                     "(or nothing): give the figure's caption cell an :alt:", no_alt)
         if imgs["empty_figures"]:
             res.fail("figures with no image", imgs["empty_figures"])
 
@@ -453,30 +784,25 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
                      cells["silent"])
         for line in cells["stderr"]:
             res.notes.append(f"stderr output: {line}")
+        paths = [line for line in map(machine_path_line, page.evaluate(JS_OUTPUT_TEXTS)) if line]
+        if paths:
+            res.fail(f"{len(paths)} cell output(s) show a machine path (print the error's message "
+                     "instead of its traceback)", paths)
+
+        # The favicon.
+        icons = page.evaluate(JS_FAVICON)
+        if not icons:
+            res.fail("no favicon (<link rel=\"icon\">): the browser asks for /favicon.ico")
+        for url in icons:
+            response = context.request.get(url)
+            if response.status != 200 or not response.body():
+                res.fail(f"the favicon {url} does not load (HTTP {response.status})")
+
+        check_equations_and_errors(page, res, "")
 
         # Sidebar.
-        links = page.evaluate(JS_SIDEBAR)
-        if links is None:
-            res.fail("no sidebar navigation (nav.bd-docs-nav) on the page")
-        else:
-            targets = {}
-            for a in links:
-                name = page_docname(a["href"], origin)
-                if name is not None:
-                    targets.setdefault(name, []).append(a)
-            missing = [p for p in toc.pages if p not in targets]
-            hidden = [c for c in toc.chapters if c in targets and not any(a["visible"] for a in targets[c])]
-            res.stats["sidebar"] = f"{len(toc.pages) - len(missing)}/{len(toc.pages)}"
-            if not links:
-                res.fail("the sidebar has no links at all")
-            if missing:
-                res.fail(f"the sidebar does not link to {len(missing)} of the {len(toc.pages)} "
-                         "pages in _toc.yml", missing)
-            if hidden:
-                res.fail("chapters linked but not visible in the sidebar", hidden)
-            if docname in toc.pages and docname != toc.root and docname in targets \
-                    and not any(a["current"] for a in targets[docname]):
-                res.fail("the sidebar does not mark this page as the current one (stale build?)")
+        res.stats["sidebar"] = check_navigation(page.evaluate(JS_SIDEBAR), "the sidebar", origin,
+                                                docname, toc, res)
 
         # Solutions, as the page opens.
         sols = page.evaluate(JS_SOLUTIONS)
@@ -550,6 +876,27 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
 # --------------------------------------------------------------------------------------
 
 
+def local_only(origin: str, blocked: dict[str, set[str]], current: dict[str, str]):
+    """A Playwright route handler that lets through requests to `origin` (and data:, blob:,
+    about: URLs) and aborts any other, recording it in `blocked` with current["page"]."""
+    def gate(route, request) -> None:
+        url = request.url
+        if url.startswith(origin + "/") or url.startswith(("data:", "blob:", "about:")):
+            route.continue_()
+        else:
+            blocked.setdefault(url, set()).add(current["page"])
+            route.abort("blockedbyclient")
+    return gate
+
+
+def empty_folder(folder: Path | None) -> None:
+    """Create `folder` for screenshots, or remove the PNGs of a previous run from it."""
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("*.png"):
+            old.unlink()
+
+
 def html_pages(build: Path) -> list[str]:
     out = []
     for f in build.rglob("*.html"):
@@ -585,6 +932,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="fail if fewer pages have rendered math (default 1)")
     ap.add_argument("--min-images", type=int, default=1,
                     help="fail if the whole book has fewer images (default 1: its figures)")
+    ap.add_argument("--min-equations", type=int, default=1,
+                    help="fail if the whole book has fewer display equations (default 1)")
+    ap.add_argument("--min-citations", type=int, default=1,
+                    help="fail if the whole book has fewer bibliography entries or citations "
+                         "(default 1)")
     args = ap.parse_args(argv)
 
     build = args.build
@@ -630,12 +982,11 @@ def main(argv: list[str] | None = None) -> int:
     args.search_word = max(words, key=len) if words else None
     for ref in external_references(build, pages if args.page else None):
         book_failures.append(f"external resource (needs the network): {ref}")
+    n_entries, n_citations, problems = citation_problems(build, html_pages(build))
+    book_failures += problems
 
     shots = args.screenshots
-    if shots is not None:
-        shots.mkdir(parents=True, exist_ok=True)
-        for old in shots.glob("*.png"):
-            old.unlink()
+    empty_folder(shots)
 
     t0 = time.perf_counter()
     blocked: dict[str, set[str]] = {}
@@ -650,33 +1001,34 @@ def main(argv: list[str] | None = None) -> int:
         version = browser.version
         context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1,
                                       service_workers="block")
+        phone = browser.new_context(viewport=PHONE_VIEWPORT, device_scale_factor=1,
+                                    service_workers="block")
         current = {"page": ""}
-
-        def gate(route, request) -> None:
-            url = request.url
-            if url.startswith(server.origin + "/") or url.startswith(("data:", "blob:", "about:")):
-                route.continue_()
-            else:
-                blocked.setdefault(url, set()).add(current["page"])
-                route.abort("blockedbyclient")
-
+        gate = local_only(server.origin, blocked, current)
         context.route("**/*", gate)
+        phone.route("**/*", gate)
         print(f"check_html: {len(pages)} pages of {build} served at {server.origin}, "
               f"Chromium {version}, network blocked; toc {toc_path} lists {len(toc.pages)} pages")
         for rel in pages:
             current["page"] = rel
+            t_page = time.perf_counter()
             r = check_page(context, server.origin, rel, toc, shots, args, known)
+            check_phone(phone, server.origin, rel, toc, shots, args, known, r)
+            r.seconds = time.perf_counter() - t_page
             results.append(r)
             s = r.stats
-            print(f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<32} math {s.get('math', '-'):>3}  "
+            print(f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<28} math {s.get('math', '-'):>3}  "
                   f"images {s.get('images', '-'):>2}  solutions {s.get('solutions', '-'):>2}  "
                   f"expected errors {s.get('errors_allowed', '-'):>2}  sidebar {s.get('sidebar', '-'):>5}  "
+                  f"equations {s.get('equations', '-'):>2} ({s.get('equations_scrolling390', '-')} scroll at 390)  "
+                  f"phone {s.get('phone_width', '-')} px, nav {s.get('phone_nav', '-')}  "
                   f"{r.seconds:5.1f} s"
                   + (f"  (search {args.search_word!r}: {s['search']} results)" if "search" in s else ""),
                   flush=True)
             for n in r.notes:
                 print(f"        note: {n}")
         context.close()
+        phone.close()
         browser.close()
 
     for url, where in sorted(blocked.items()):
@@ -684,6 +1036,7 @@ def main(argv: list[str] | None = None) -> int:
     n_solutions = sum(r.stats.get("solutions", 0) for r in results)
     n_math_pages = sum(1 for r in results if r.stats.get("math", 0) > 0)
     n_images = sum(r.stats.get("images", 0) for r in results)
+    n_equations = sum(r.stats.get("equations", 0) for r in results)
     if not args.page:
         if n_solutions < args.min_solutions:
             book_failures.append(f"found {n_solutions} solutions in the whole book, expected at "
@@ -694,24 +1047,22 @@ def main(argv: list[str] | None = None) -> int:
         if n_math_pages < args.min_math_pages:
             book_failures.append(f"found math on {n_math_pages} pages, expected at least "
                                  f"{args.min_math_pages}: is the check still finding it?")
+        if n_equations < args.min_equations:
+            book_failures.append(f"found {n_equations} display equations, expected at least "
+                                 f"{args.min_equations}: is the check still finding them?")
+        if min(n_entries, n_citations) < args.min_citations:
+            book_failures.append(f"found {n_entries} bibliography entries and {n_citations} citations "
+                                 f"linking to them, expected at least {args.min_citations} of each: "
+                                 "is the check still finding them?")
     for k in sorted(known):
         print(f"check_html: ignored a known harmless browser error: {k}")
-    n_failed = sum(1 for r in results if r.failures)
     print(f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
           f"{n_images} images, {n_solutions} solutions, "
-          f"math on {n_math_pages} pages, "
+          f"math on {n_math_pages} pages, {n_equations} display equations, "
+          f"{n_entries} bibliography entries cited {n_citations} times, "
           f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
           + (f"; screenshots in {shots}" if shots else ""))
-    if not n_failed and not book_failures:
-        print("check_html: all checks passed.")
-        return 0
-    print(f"\ncheck_html: FAILED ({n_failed} pages, {len(book_failures)} book-wide problems)")
-    for r in results:
-        for f in r.failures:
-            print(f"  {r.path}: {f}")
-    for f in book_failures:
-        print(f"  book: {f}")
-    return 1
+    return report("check_html", "pages", results, book_failures)
 
 
 if __name__ == "__main__":

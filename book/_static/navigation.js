@@ -1,0 +1,28 @@
+// Make the navigation buttons work on narrow screens (and the sidebar toggle on wide ones).
+//
+// sphinx-book-theme 1.3.0 draws its own ☰ (site navigation) and contents buttons in the
+// article header. The code that opens the sidebars binds to document.querySelector(
+// ".primary-toggle") and (".secondary-toggle"): pydata-sphinx-theme 0.17's
+// setupMobileSidebarKeyboardHandlers (the dialogs below 992 px) and sphinx-book-theme's
+// fixSidebarToggle (collapsing the sidebar above). The first such button in the page is
+// pydata-sphinx-theme's copy in the page header, which sphinx-book-theme hides, so the buttons a
+// reader sees have no handler and do nothing. Each visible button hands its click to the
+// bound one, which then does what the theme meant at the current width.
+(() => {
+  const forward = () => {
+    for (const kind of ["primary", "secondary"]) {
+      const bound = document.querySelector(`.${kind}-toggle`);
+      for (const button of document.querySelectorAll(`.${kind}-toggle`)) {
+        if (button === bound) continue;
+        button.addEventListener("click", (event) => {
+          event.preventDefault();
+          event.stopPropagation();
+          button.blur(); // hide the button's tooltip, which would otherwise stay on screen
+          bound.click();
+        });
+      }
+    }
+  };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", forward);
+  else forward();
+})();
