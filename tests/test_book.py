@@ -141,6 +141,29 @@ def test_numbers_reach_the_prose_through_inline_expressions(chapter):
             )
 
 
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_citations_read_the_same_in_jupyterlab_and_html(chapter):
+    """Citations are [text](cite:key) links whose text is what the HTML bibliography style
+    prints for that key: "Vaswani et al. (2017)" in running text, "Vaswani et al., 2017" in
+    parentheses. ({cite} roles would show as bare keys in JupyterLab.)"""
+    texts = course_book.citation_texts(str(ROOT / "book" / "references.bib"))
+    for i, cell in enumerate(_cells(chapter)):
+        if cell.cell_type != "markdown":
+            continue
+        assert "{cite" not in cell.source, (
+            f"book/{chapter}.ipynb cell {i}: write citations as [Author et al. (Year)](cite:key) "
+            "(CONTRIBUTING.md), not {cite} roles, which JupyterLab shows as bare keys"
+        )
+        for m in course_book.CITATION.finditer(cell.source):
+            key, text = m["key"], m["text"]
+            assert key in texts, f"book/{chapter}.ipynb cell {i}: {key} is not in book/references.bib"
+            authors, year = texts[key]
+            assert text in (f"{authors} ({year})", f"{authors}, {year}"), (
+                f"book/{chapter}.ipynb cell {i}: [{text}](cite:{key}) should read "
+                f"'{authors} ({year})' or '{authors}, {year}', as the bibliography prints it"
+            )
+
+
 # -- the HTML reader (book/_ext/course_book.py) ------------------------------------------
 
 
@@ -185,6 +208,17 @@ def test_solutions_are_gated_for_the_html():
     assert sources[1:] == ["# Solution\nf = 1", "```{solution-end}\n```", "Next."]
     lone = _nb(nbformat.v4.new_markdown_cell("```{solution} ex-b\n:class: dropdown\n\nText only.\n```"))
     assert course_book.gate_solutions(lone) == 0  # no code cell: an ordinary {solution}
+
+
+def test_citation_links_become_roles_for_the_html():
+    cell = nbformat.v4.new_markdown_cell(
+        "As [Vaswani et al. (2017)](cite:vaswani2017attention) show ([Kingma and Ba, 2015](cite:kingma2015adam)).")
+    assert course_book.convert_citations(_nb(cell)) == 2
+    assert cell.source == "As {cite:t}`vaswani2017attention` show ({cite:alp}`kingma2015adam`)."
+    with pytest.raises(ValueError, match="Author"):
+        course_book.convert_citations(_nb(nbformat.v4.new_markdown_cell("[the paper](cite:vaswani2017attention)")))
+    assert course_book.citation_texts(str(ROOT / "book" / "references.bib"))["muller2019label"] == (
+        "Müller et al.", "2019")  # LaTeX accents decoded, as the HTML prints them
 
 
 def test_hidden_cells_still_run_in_order_in_the_html():

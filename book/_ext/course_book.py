@@ -146,6 +146,55 @@ def gate_solutions(nb: nbformat.NotebookNode, path: str = "<notebook>") -> int:
     return gated
 
 
+CITATION = re.compile(r"\[(?P<text>[^\]\n]+)\]\(cite:(?P<key>[^)\s]+)\)")
+TEXTUAL = re.compile(r".+ \(\d{4}[a-z]?\)")  # Vaswani et al. (2017)
+PARENTHETICAL = re.compile(r".+, \d{4}[a-z]?")  # Vaswani et al., 2017
+
+
+def citation_role(text: str, key: str) -> str:
+    """The role for one citation link: ``{cite:t}`` for "Author (Year)", ``{cite:alp}`` (no
+    parentheses) for "Author, Year". Raises ``ValueError`` for any other text."""
+    if TEXTUAL.fullmatch(text):
+        return f"{{cite:t}}`{key}`"
+    if PARENTHETICAL.fullmatch(text):
+        return f"{{cite:alp}}`{key}`"
+    raise ValueError(f"citation [{text}](cite:{key}): write 'Author (Year)' or 'Author, Year'")
+
+
+def citation_texts(bib_path: str) -> dict[str, tuple[str, str]]:
+    """``{key: (authors, year)}`` for every entry of a BibTeX file, as the author–year style of
+    the HTML book writes them: "Kingma and Ba" for two authors, "Vaswani et al." for more."""
+    from pybtex.database import parse_file  # installed with sphinxcontrib-bibtex
+    from pybtex.richtext import Text
+
+    texts = {}
+    for key, entry in parse_file(bib_path).entries.items():
+        people = entry.persons.get("author") or entry.persons.get("editor") or []
+        names = [Text.from_latex(" ".join(p.prelast_names + p.last_names)).render_as("text")
+                 for p in people]
+        if not names:
+            authors = entry.fields.get("organization", entry.fields.get("title", key))
+        elif len(names) == 1:
+            authors = names[0]
+        elif len(names) == 2:
+            authors = f"{names[0]} and {names[1]}"
+        else:
+            authors = f"{names[0]} et al."
+        texts[key] = (authors, entry.fields.get("year", ""))
+    return texts
+
+
+def convert_citations(nb: nbformat.NotebookNode) -> int:
+    """Turn every ``[text](cite:key)`` of the markdown cells into a citation role (module
+    docstring). Returns the number converted."""
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and "](cite:" in cell.source:
+            cell.source, n = CITATION.subn(lambda m: citation_role(m["text"], m["key"]), cell.source)
+            count += n
+    return count
+
+
 def run_removed_cells(nb: nbformat.NotebookNode) -> int:
     """Re-tag hidden code cells so that inline execution runs them in order (module docstring).
     Returns the number of cells re-tagged."""
@@ -161,10 +210,12 @@ def run_removed_cells(nb: nbformat.NotebookNode) -> int:
 
 def read_notebook(text: str, path: str = "<notebook>") -> nbformat.NotebookNode:
     """myst-nb's reader for the book's ``.ipynb`` files: nbformat, then the captions moved, the
-    solutions gated and the hidden code cells made to run in order."""
+    solutions gated, the citations turned into roles and the hidden code cells made to run in
+    order."""
     nb = nbformat.reads(text, as_version=4)
     attach_figure_captions(nb, path)
     gate_solutions(nb, path)
+    convert_citations(nb)
     run_removed_cells(nb)
     return nb
 
