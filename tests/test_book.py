@@ -164,6 +164,34 @@ def test_citations_read_the_same_in_jupyterlab_and_html(chapter):
             )
 
 
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_api_links_name_real_objects(chapter):
+    """Links to the package reference are [`text`](api:minitransformer.x.y) (shown as code in
+    JupyterLab, a cross-reference in the HTML), and each names an object that exists."""
+    import importlib
+
+    for i, cell in enumerate(_cells(chapter)):
+        if cell.cell_type != "markdown":
+            continue
+        assert "{py:" not in cell.source, (
+            f"book/{chapter}.ipynb cell {i}: write [`name`](api:minitransformer.module.name) "
+            "(CONTRIBUTING.md), not {py:...} roles, which JupyterLab shows as source"
+        )
+        for m in course_book.API_LINK.finditer(cell.source):
+            parts = m["target"].split(".")
+            for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+                try:
+                    obj = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                for attr in parts[cut:]:
+                    assert hasattr(obj, attr), f"book/{chapter}.ipynb cell {i}: no {m['target']}"
+                    obj = getattr(obj, attr)
+                break
+            else:
+                raise AssertionError(f"book/{chapter}.ipynb cell {i}: cannot import {m['target']}")
+
+
 # -- the HTML reader (book/_ext/course_book.py) ------------------------------------------
 
 
@@ -219,6 +247,12 @@ def test_citation_links_become_roles_for_the_html():
         course_book.convert_citations(_nb(nbformat.v4.new_markdown_cell("[the paper](cite:vaswani2017attention)")))
     assert course_book.citation_texts(str(ROOT / "book" / "references.bib"))["muller2019label"] == (
         "Müller et al.", "2019")  # LaTeX accents decoded, as the HTML prints them
+
+
+def test_api_links_become_cross_references_for_the_html():
+    cell = nbformat.v4.new_markdown_cell("See [`split_heads`](api:minitransformer.attention.split_heads).")
+    assert course_book.convert_api_links(_nb(cell)) == 1
+    assert cell.source == "See {py:obj}`split_heads <minitransformer.attention.split_heads>`."
 
 
 def test_hidden_cells_still_run_in_order_in_the_html():

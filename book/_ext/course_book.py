@@ -195,6 +195,21 @@ def convert_citations(nb: nbformat.NotebookNode) -> int:
     return count
 
 
+API_LINK = re.compile(r"\[`(?P<text>[^`\]\n]+)`\]\(api:(?P<target>[\w.]+)\)")
+
+
+def convert_api_links(nb: nbformat.NotebookNode) -> int:
+    """Turn every ``[`text`](api:dotted.name)`` of the markdown cells into a ``{py:obj}``
+    cross-reference with that text (module docstring). Returns the number converted."""
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and "](api:" in cell.source:
+            cell.source, n = API_LINK.subn(lambda m: f"{{py:obj}}`{m['text']} <{m['target']}>`",
+                                           cell.source)
+            count += n
+    return count
+
+
 def run_removed_cells(nb: nbformat.NotebookNode) -> int:
     """Re-tag hidden code cells so that inline execution runs them in order (module docstring).
     Returns the number of cells re-tagged."""
@@ -210,12 +225,13 @@ def run_removed_cells(nb: nbformat.NotebookNode) -> int:
 
 def read_notebook(text: str, path: str = "<notebook>") -> nbformat.NotebookNode:
     """myst-nb's reader for the book's ``.ipynb`` files: nbformat, then the captions moved, the
-    solutions gated, the citations turned into roles and the hidden code cells made to run in
-    order."""
+    solutions gated, the citations and API links turned into roles and the hidden code cells
+    made to run in order."""
     nb = nbformat.reads(text, as_version=4)
     attach_figure_captions(nb, path)
     gate_solutions(nb, path)
     convert_citations(nb)
+    convert_api_links(nb)
     run_removed_cells(nb)
     return nb
 
