@@ -467,7 +467,7 @@ class Transformer(nn.Module):
 
         self.src_embed = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, dropout)
+        self.positional = PositionalEncoding(d_model, max_len, dropout=dropout)
         self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
         self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout, norm_first)
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)  # pre-softmax projection

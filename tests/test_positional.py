@@ -202,7 +202,7 @@ def test_positional_encoding_dropout_only_in_training() -> None:
 
 @pytest.mark.parametrize("cls", [PositionalEncoding, LearnedPositionalEmbedding])
 def test_over_long_input_names_length_and_max_len(cls) -> None:
-    module = PositionalEncoding(16, 12) if cls is PositionalEncoding else LearnedPositionalEmbedding(12, 16)
+    module = cls(16, 12)  # the same (d_model, max_len) interface
     module(torch.zeros(1, 12, 16))  # exactly max_len is fine
     with pytest.raises(ValueError, match=r"T=13.*max_len=12"):
         module(torch.zeros(1, 13, 16))
