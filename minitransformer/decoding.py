@@ -119,9 +119,9 @@ def greedy_decode(
         length = 1  # ids written so far
         for t in range(1, max_len):
             if cache is None:
-                logits = model.decode(ys[:, :t], memory, src_mask)[:, -1]  # (B, V): whole prefix
+                logits = model.decode(ys[:, :t], memory, src_mask=src_mask)[:, -1]  # (B, V): whole prefix
             else:  # only the newest token; the cache holds the keys/values of the others
-                logits = model.decode(ys[:, t - 1 : t], memory, src_mask, cache=cache)[:, -1]
+                logits = model.decode(ys[:, t - 1 : t], memory, src_mask=src_mask, cache=cache)[:, -1]
             next_token = logits.argmax(dim=-1)  # (B,)
             if eos_id is not None:
                 next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
@@ -188,9 +188,9 @@ def beam_search(
     cache = KVCache.for_model(model, max_len) if use_cache else None
     for step in range(1, max_len):  # `step` tokens generated after this iteration
         if cache is None:
-            logits = model.decode(alive, memory[example], src_mask[example])[:, -1]  # (N, V)
+            logits = model.decode(alive, memory[example], src_mask=src_mask[example])[:, -1]  # (N, V)
         else:  # only the newest token of each live row; the cache holds the rest
-            logits = model.decode(alive[:, -1:], memory[example], src_mask[example],
+            logits = model.decode(alive[:, -1:], memory[example], src_mask=src_mask[example],
                                   cache=cache)[:, -1]  # (N, V)
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
         V = log_probs.shape[-1]

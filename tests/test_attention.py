@@ -404,8 +404,8 @@ def test_bad_inputs(args, error, message):
         (torch.ones(5, 3, dtype=torch.bool), ValueError, r"mask of shape \(5, 3\) does not broadcast"),  # transposed
         # A (B, 1, 1, S) padding mask with 3-D inputs would broadcast to (B, B, T, S): refused.
         (torch.ones(2, 1, 1, 5, dtype=torch.bool), ValueError, r"mask of shape \(2, 1, 1, 5\) does not broadcast"),
-        (torch.zeros(3, 5), ValueError, r"mask must be a boolean tensor .* got dtype torch.float32"),
-        (torch.ones(3, 5, dtype=torch.long), ValueError, r"boolean tensor .* got dtype torch.int64"),
+        (torch.zeros(3, 5), TypeError, r"mask must be a boolean tensor .* got dtype torch.float32"),
+        (torch.ones(3, 5, dtype=torch.long), TypeError, r"boolean tensor .* got dtype torch.int64"),
         ([[True] * 5] * 3, TypeError, r"mask must be a torch.Tensor, got list"),
     ],
     ids=["wrong-S", "transposed", "extra-dims", "float", "int", "list"],
@@ -416,21 +416,21 @@ def test_bad_masks(mask, error, message):
 
 
 def test_bad_mask_arguments():
-    with pytest.raises(ValueError, match="size must be non-negative, got -1"):
+    with pytest.raises(ValueError, match="size must be >= 0, got -1"):
         causal_mask(-1)
     with pytest.raises(TypeError, match="size must be an int, got float"):
         causal_mask(3.0)
-    with pytest.raises(ValueError, match=r"lengths must be 1-D \(B,\), got shape \(2, 1\)"):
+    with pytest.raises(ValueError, match=r"lengths must have 1 dimensions \(B,\), got shape \(2, 1\)"):
         padding_mask(torch.tensor([[1], [2]]), 3)
     with pytest.raises(ValueError, match=r"lengths \[1, 4\] must lie in \[0, max_len=3\]"):
         padding_mask(torch.tensor([1, 4]), 3)
     with pytest.raises(ValueError, match=r"lengths \[-1, 2\] must lie in"):
         padding_mask(torch.tensor([-1, 2]), 3)
-    with pytest.raises(TypeError, match="lengths must hold integers, got dtype torch.float32"):
+    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype torch.float32"):
         padding_mask(torch.tensor([1.0, 2.0]), 3)
     with pytest.raises(TypeError, match="max_len must be an int, got float"):
         padding_mask(torch.tensor([1, 2]), 3.0)
-    with pytest.raises(ValueError, match="max_len must be non-negative, got -2"):
+    with pytest.raises(ValueError, match="max_len must be >= 0, got -2"):
         padding_mask(torch.tensor([], dtype=torch.long), -2)
 
 

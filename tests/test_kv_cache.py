@@ -196,9 +196,9 @@ def test_cached_step_logits_equal_full_decode(seed):
     ys = greedy_decode(model, src, max_len=10, bos_id=BOS_ID, eos_id=None)  # (3, 10)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        full = model.decode(ys, memory, src_mask)  # (3, 10, V)
+        full = model.decode(ys, memory, src_mask=src_mask)  # (3, 10, V)
         cache = KVCache.for_model(model, max_len=10)
-        steps = [model.decode(ys[:, t : t + 1], memory, src_mask, cache=cache)
+        steps = [model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
                  for t in range(ys.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == 10
@@ -219,18 +219,18 @@ def test_chunked_prefill_equals_whole():
 
 
 def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
-    # A cached step uses the fused kernel (one query row; nothing to plot), so the decoder
-    # layers keep None; a full forward pass computes and keeps the weights again.
+    # Decoding uses the fused kernel and keeps no weights (no layer does unless asked);
+    # attention_weights runs a full pass that computes them.
     model = _model(4)
     src = _padded_sources(4, [5, 3])
     ys = greedy_decode(model, src, max_len=6, bos_id=BOS_ID, eos_id=None)
-    maps = model.attention_weights()
-    assert maps["decoder_self"][0] is None and maps["cross"][0] is None
-    assert maps["encoder"][0].shape == (2, model.num_heads, 5, 5)
+    assert all(layer.self_attn_weights is None and layer.cross_attn_weights is None
+               for layer in model.decoder.layers)
+    assert all(layer.self_attn_weights is None for layer in model.encoder.layers)
     ys[0, 0] = BOS_ID  # an ordinary tensor, not an inference-mode one: in-place writes work
-    with torch.no_grad():
-        model(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
-    assert model.attention_weights()["cross"][0].shape == (2, model.num_heads, 6, 5)
+    maps = model.attention_weights(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
+    assert maps["cross"][0].shape == (2, model.num_heads, 6, 5)
+    assert maps["encoder"][0].shape == (2, model.num_heads, 5, 5)
 
 
 @pytest.mark.parametrize("seed, beam_size", [(0, 1), (0, 3), (1, 4)])
@@ -265,7 +265,7 @@ def test_cache_memory_equals_kv_cache_bytes():
 
 
 def test_append_writes_in_place_into_preallocated_buffers():
-    cache = AttentionCache(capacity=6)
+    cache = AttentionCache(max_len=6)
     gen = torch.Generator().manual_seed(0)
     keys, values = [], []
     pointers = set()
@@ -285,17 +285,18 @@ def test_append_writes_in_place_into_preallocated_buffers():
 
 def test_static_cache_is_filled_once_and_reused():
     cache = AttentionCache(static=True)
-    assert not cache.reuse
+    memory = torch.randn(1, 5, 8)  # the encoder output the keys and values come from
+    assert not cache.holds(memory)
     k = torch.randn(1, 2, 5, 4)
-    cache.update(k, k)
-    assert cache.reuse and cache.length == 5
+    cache.update(k, k, source=memory)
+    assert cache.holds(memory) and cache.length == 5
     assert torch.equal(cache.get()[0], k)
     with pytest.raises(ValueError, match="filled once"):
         cache.update(k, k)
 
 
 def test_reorder_follows_beam_indices():
-    cache = KVCache(num_layers=1, capacity=4)
+    cache = KVCache(num_layers=1, max_len=4)
     rows = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 2, 1, 4)  # row b is filled with b
     cache.layers[0].self_attn.update(rows, rows)
     cache.layers[0].cross_attn.update(rows, rows)
@@ -307,7 +308,7 @@ def test_reorder_follows_beam_indices():
 
 
 def test_cache_shape_errors():
-    cache = AttentionCache(capacity=4)
+    cache = AttentionCache(max_len=4)
     cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
     with pytest.raises(ValueError, match=r"do not match the cache \(B=1, h_kv=2"):
         cache.update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
@@ -346,8 +347,9 @@ def test_gqa_equals_mha_with_shared_key_value_heads(num_kv_heads):
     mha = MultiHeadAttention(d_model, h).eval()
     group = h // num_kv_heads
     with torch.no_grad():
-        mha.w_q.load_state_dict(gqa.w_q.state_dict())
-        mha.w_o.load_state_dict(gqa.w_o.state_dict())
+        for ours, theirs in ((mha.w_q, gqa.w_q), (mha.w_o, gqa.w_o)):  # w_q: a packed view
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
         for ours, theirs in ((mha.w_k, gqa.w_k), (mha.w_v, gqa.w_v)):
             w = theirs.weight.view(num_kv_heads, d_k, d_model).repeat_interleave(group, 0)
             ours.weight.copy_(w.reshape(d_model, d_model))
@@ -371,7 +373,7 @@ def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
     attn = MultiHeadAttention(d_model, h, num_kv_heads=num_kv_heads).eval()
     x = torch.randn(B, n, d_model)
     full, _ = attn(x, x, x, causal_mask(n))
-    cache = AttentionCache(capacity=n)
+    cache = AttentionCache(max_len=n)
     steps = []
     for t in range(n):
         out, weights = attn(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)

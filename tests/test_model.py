@@ -72,7 +72,7 @@ def test_decoder_layer_matches_torch(norm_first: bool, with_mask: bool) -> None:
         causal = torch.ones(5, 5, dtype=torch.bool).tril()  # True = may attend
         src_keep = lengths_mask([6, 2, 4], 6)
         want = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~src_keep)
-        got = ours(x, memory, tgt_mask=causal, memory_mask=src_keep[:, None, None, :])
+        got = ours(x, memory, tgt_mask=causal, src_mask=src_keep[:, None, None, :])
     else:
         want, got = ref(x, memory), ours(x, memory)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
@@ -133,7 +133,7 @@ def test_decoder_stack_matches_torch(norm_first: bool) -> None:
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     keep = lengths_mask([4, 2], 4)
     want = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~keep)
-    got = ours(x, memory, causal, keep[:, None, None, :])
+    got = ours(x, memory, tgt_mask=causal, src_mask=keep[:, None, None, :])
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
@@ -166,9 +166,9 @@ def test_transformer_shapes_and_forward_equals_encode_then_decode() -> None:
     src_mask = padding_mask(torch.tensor([7, 3, 5]), 7)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)
     assert memory.shape == (3, 7, D_MODEL)
-    logits = model.decode(tgt, memory, src_mask)
+    logits = model.decode(tgt, memory, src_mask=src_mask)
     assert logits.shape == (3, 5, 11)
-    torch.testing.assert_close(model(src, tgt, src_mask), logits)
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), logits)
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model() -> None:
@@ -187,7 +187,7 @@ def test_source_padding_is_ignored() -> None:
     other = src.clone()
     other[0, 4:] = torch.tensor([7, 9])  # row 0's padded positions
     tgt = torch.randint(3, 11, (2, 4))
-    torch.testing.assert_close(model(src, tgt, src_mask), model(other, tgt, src_mask))
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), model(other, tgt, src_mask=src_mask))
 
 
 CAUSAL_MODEL = {}
@@ -220,8 +220,7 @@ def test_target_mask_is_combined_with_causal_mask() -> None:
     all_true = torch.ones(2, 1, 1, 4, dtype=torch.bool)
     torch.testing.assert_close(model.decode(tgt, memory, tgt_mask=all_true), model.decode(tgt, memory))
     pad = padding_mask(torch.tensor([4, 2]), 4)  # row 1: positions 2, 3 are padding
-    model.decode(tgt, memory, tgt_mask=pad)
-    w = model.decoder.layers[0].self_attn_weights  # (B, h, T, T)
+    w = model.attention_weights(src, tgt, tgt_mask=pad)["decoder_self"][0]  # (B, h, T, T)
     assert torch.all(w.triu(1) == 0)  # causal
     assert torch.all(w[1, :, :, 2:] == 0)  # padding keys hidden
 
@@ -229,8 +228,7 @@ def test_target_mask_is_combined_with_causal_mask() -> None:
 def test_attention_weights_are_kept_for_plotting() -> None:
     model = small_model(num_layers=3)
     src, tgt = torch.randint(3, 11, (2, 6)), torch.randint(3, 11, (2, 4))
-    model(src, tgt)
-    maps = model.attention_weights()
+    maps = model.attention_weights(src, tgt)
     assert [w.shape for w in maps["encoder"]] == [(2, HEADS, 6, 6)] * 3
     assert [w.shape for w in maps["decoder_self"]] == [(2, HEADS, 4, 4)] * 3
     assert [w.shape for w in maps["cross"]] == [(2, HEADS, 4, 6)] * 3
@@ -341,7 +339,7 @@ def test_other_bad_inputs_raise() -> None:
         model.encode(torch.tensor([[3, 11]]))
     with pytest.raises(ValueError, match=r"shape \(B, length\)"):
         model.encode(torch.ones(4, dtype=torch.long))
-    with pytest.raises(ValueError, match="boolean"):
+    with pytest.raises(TypeError, match="boolean"):
         model.encode(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 1, 1, 4))
     with pytest.raises(ValueError, match="d_model"):
         model.decode(torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 5, D_MODEL + 1))
@@ -364,11 +362,11 @@ def test_decoder_only_layer_has_no_cross_attention_and_stays_causal():
     full = sum(p.numel() for p in DecoderLayer(16, 2, 32, cross_attention=True).parameters())
     assert full - n_params == 4 * 16 * 16 + 4 * 16 + 2 * 16  # one attention and one LayerNorm
     x = torch.randn(2, 5, 16)
-    out = layer(x, None, causal_mask(5))
+    out = layer(x, None, tgt_mask=causal_mask(5))
     x2 = x.clone()
     x2[:, 3:] = torch.randn(2, 2, 16)  # later positions must not change earlier outputs
-    assert torch.allclose(layer(x2, None, causal_mask(5))[:, :3], out[:, :3], atol=1e-6)
+    assert torch.allclose(layer(x2, None, tgt_mask=causal_mask(5))[:, :3], out[:, :3], atol=1e-6)
     with pytest.raises(ValueError, match="memory"):
-        layer(x, torch.randn(2, 3, 16), causal_mask(5))
+        layer(x, torch.randn(2, 3, 16), tgt_mask=causal_mask(5))
     stack = Decoder(2, 16, 2, 32, dropout=0.0, cross_attention=False)
-    assert stack(x, None, causal_mask(5)).shape == (2, 5, 16)
+    assert stack(x, None, tgt_mask=causal_mask(5)).shape == (2, 5, 16)
