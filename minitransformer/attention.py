@@ -321,13 +321,11 @@ class MultiHeadAttention(nn.Module):
         """Raise, naming the shapes, unless the inputs are ``(B, T|S, d_model)`` tensors in the
         module's dtype and on its device (the common case costs no message)."""
         w = self.in_proj_weight
-        if isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor):
-            q, k, v = query.shape, key.shape, value.shape
-            if (len(q) == len(k) == len(v) == 3 and q[2] == k[2] == v[2] == self.d_model
-                    and k[:2] == v[:2] and q[0] == k[0] and query.dtype == key.dtype == value.dtype
-                    == w.dtype and query.device == key.device == value.device == w.device
-                    and start is None and (cache is None or not self.rotary)):
-                return  # the common case
+        if (start is None and (cache is None or not self.rotary) and isinstance(query, Tensor)
+                and self._fits(query, w) and (key is query or self._fits(key, w))
+                and (value is key or self._fits(value, w)) and key.shape[:2] == value.shape[:2]
+                and query.shape[0] == key.shape[0]):
+            return  # the common case, no message built
         for name, x in (("query", query), ("key", key), ("value", value)):
             tensor(name, x, kind="float", ndim=3, what="(B, length, d_model)")
             if x.dtype != w.dtype:
@@ -345,6 +343,11 @@ class MultiHeadAttention(nn.Module):
             positive_int("start", start, allow_zero=True)
         if self.rotary and cache is not None and cache.static:
             raise ValueError("rotary=True is for self-attention; got a static (cross-attention) cache")
+
+    def _fits(self, x: Tensor, w: Tensor) -> bool:
+        """Whether ``x`` is a ``(B, L, d_model)`` tensor in ``w``'s dtype and on its device."""
+        return (isinstance(x, Tensor) and x.dim() == 3 and x.shape[2] == self.d_model
+                and x.dtype == w.dtype and x.device == w.device)
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:

@@ -47,10 +47,11 @@ __all__ = [
 ]
 
 
-def _dropout(module: nn.Dropout, x: Tensor) -> Tensor:
-    """``module(x)``, without the call when it is the identity (eval mode or ``p = 0``): a
-    cached decoding step would make dozens of such no-op calls."""
-    return F.dropout(x, module.p, True, module.inplace) if module.training and module.p else x
+def _keep(layer: nn.Module, name: str, weights: Tensor | None) -> None:
+    """Store the detached attention ``weights`` on ``layer`` (only set when there is
+    something to change: an nn.Module attribute write costs microseconds)."""
+    if weights is not None or getattr(layer, name) is not None:
+        setattr(layer, name, None if weights is None else weights.detach())
 
 
 def _check_stream(name: str, x: Tensor, d_model: int, what: str) -> None:
@@ -72,8 +73,10 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        # (B, L, d_model) -> (B, L, d_ff) -> (B, L, d_model)
-        return self.linear2(_dropout(self.dropout, torch.relu(self.linear1(x))))
+        hidden = torch.relu(self.linear1(x))  # (B, L, d_ff)
+        if self.training:  # dropout acts in training only: no call otherwise
+            hidden = self.dropout(hidden)
+        return self.linear2(hidden)  # (B, L, d_model)
 
 
 class EncoderLayer(nn.Module):
@@ -97,22 +100,33 @@ class EncoderLayer(nn.Module):
         self.store_weights = False
         self.self_attn_weights: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, src_mask, need_weights=self.store_weights)
-        self.self_attn_weights = None if weights is None else weights.detach()  # (B, h, S, S)
-        return _dropout(self.dropout1, out)
-
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """``x`` ``(B, S, d_model)``; ``src_mask`` ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``."""
+        self._check_inputs(x, src_mask)
+        return self._forward(x, src_mask)
+
+    def _check_inputs(self, x: Tensor, src_mask: Tensor | None) -> None:
         _check_stream("x", x, self.d_model, "(B, S, d_model)")
         check_mask("src_mask", src_mask, (x.shape[0], 1, 1, x.shape[1]), allow_2d=False)
+
+    def _forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        """:meth:`forward` on checked inputs (the :class:`Encoder` checks once for all layers)."""
         if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
             x = x + self._self_attention(self.norm1(x), src_mask)
-            x = x + _dropout(self.dropout2, self.feed_forward(self.norm2(x)))
+            x = x + self._feed_forward(self.norm2(x))
         else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
             x = self.norm1(x + self._self_attention(x, src_mask))
-            x = self.norm2(x + _dropout(self.dropout2, self.feed_forward(x)))
+            x = self.norm2(x + self._feed_forward(x))
         return x
+
+    def _self_attention(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, src_mask, need_weights=self.store_weights)
+        _keep(self, "self_attn_weights", weights)  # (B, h, S, S)
+        return self.dropout1(out) if self.training else out
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        out = self.feed_forward(x)
+        return self.dropout2(out) if self.training else out
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
@@ -157,37 +171,47 @@ class DecoderLayer(nn.Module):
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
-    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, tgt_mask, need_weights=self.store_weights,
-                                      cache=None if cache is None else cache.self_attn)
-        self.self_attn_weights = None if weights is None else weights.detach()  # (B, h, T, T)
-        return _dropout(self.dropout1, out)
-
-    def _cross_attention(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
-                         cache: LayerCache | None) -> Tensor:
-        # Queries come from the decoder, keys and values from the encoder output.
-        out, weights = self.cross_attn(x, memory, memory, src_mask, need_weights=self.store_weights,
-                                       cache=None if cache is None else cache.cross_attn)
-        self.cross_attn_weights = None if weights is None else weights.detach()  # (B, h, T, S)
-        return _dropout(self.dropout2, out)
-
     def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: LayerCache | None = None) -> Tensor:
         """``tgt_mask`` must contain the causal mask (the layer adds none). With a
         :class:`~minitransformer.kv_cache.LayerCache` (chapter "Inference"), ``x`` holds only
         the new positions; ``tgt_mask``'s last size is then cache length + T."""
         self._check_inputs(x, memory, src_mask, tgt_mask, cache)
+        return self._forward(x, memory, src_mask, tgt_mask, cache)
+
+    def _forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                 tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+        """:meth:`forward` on checked inputs (the :class:`Decoder` checks once for all layers)."""
+        cross = self.cross_attn is not None
         if self.norm_first:  # pre-LN
             x = x + self._self_attention(self.norm1(x), tgt_mask, cache)
-            if self.cross_attn is not None:
+            if cross:
                 x = x + self._cross_attention(self.norm2(x), memory, src_mask, cache)
-            x = x + _dropout(self.dropout3, self.feed_forward(self.norm3(x)))
+            x = x + self._feed_forward(self.norm3(x))
         else:  # post-LN (the paper)
             x = self.norm1(x + self._self_attention(x, tgt_mask, cache))
-            if self.cross_attn is not None:
+            if cross:
                 x = self.norm2(x + self._cross_attention(x, memory, src_mask, cache))
-            x = self.norm3(x + _dropout(self.dropout3, self.feed_forward(x)))
+            x = self.norm3(x + self._feed_forward(x))
         return x
+
+    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, tgt_mask, need_weights=self.store_weights,
+                                      cache=None if cache is None else cache.self_attn)
+        _keep(self, "self_attn_weights", weights)  # (B, h, T, T)
+        return self.dropout1(out) if self.training else out
+
+    def _cross_attention(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
+                         cache: LayerCache | None) -> Tensor:
+        # Queries come from the decoder, keys and values from the encoder output.
+        out, weights = self.cross_attn(x, memory, memory, src_mask, need_weights=self.store_weights,
+                                       cache=None if cache is None else cache.cross_attn)
+        _keep(self, "cross_attn_weights", weights)  # (B, h, T, S)
+        return self.dropout2(out) if self.training else out
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        out = self.feed_forward(x)
+        return self.dropout3(out) if self.training else out
 
     def _check_inputs(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
                       tgt_mask: Tensor | None, cache: LayerCache | None) -> None:
@@ -246,8 +270,9 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """``src_mask``: ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``."""
+        self.layers[0]._check_inputs(x, src_mask)  # the same shapes for every layer
         for layer in self.layers:
-            x = layer(x, src_mask)  # (B, S, d_model)
+            x = layer._forward(x, src_mask)  # (B, S, d_model)
         return self.norm(x) if self.norm is not None else x
 
     @classmethod
@@ -288,9 +313,11 @@ class Decoder(nn.Module):
             raise ValueError(f"the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
         else:
             layer_caches = cache.layers
+        # The same shapes for every layer (their caches fill in step): check once.
+        self.layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
         for layer, layer_cache in zip(self.layers, layer_caches):
-            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask, cache=layer_cache)
-        return self.norm(x) if self.norm is not None else x  # (B, T, d_model)
+            x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
+        return self.norm(x) if self.norm is not None else x
 
     @classmethod
     def from_torch(cls, stack: nn.TransformerDecoder) -> Decoder:

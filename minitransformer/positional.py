@@ -148,7 +148,8 @@ class PositionalEncoding(nn.Module):
         """``(B, T, d_model) -> (B, T, d_model)``; ``start`` is the position of the first row
         (the cache length when decoding with a KV cache)."""
         start = _check_positions_input(x, self.d_model, self.max_len, start, type(self).__name__)
-        return self.dropout(x + self.pe[start : start + x.shape[1]].to(x.dtype))
+        x = x + self.pe[start : start + x.shape[1]].to(x.dtype)
+        return self.dropout(x) if self.training else x
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"
@@ -174,7 +175,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
         """``(B, T, d_model) -> (B, T, d_model)``, positions from ``start``."""
         start = _check_positions_input(x, self.d_model, self.max_len, start, type(self).__name__)
-        return self.dropout(x + self.embedding.weight[start : start + x.shape[1]].to(x.dtype))
+        x = x + self.embedding.weight[start : start + x.shape[1]].to(x.dtype)
+        return self.dropout(x) if self.training else x
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}"
