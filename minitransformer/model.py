@@ -73,7 +73,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = torch.relu(self.linear1(x))  # (B, L, d_ff)
+        hidden = torch.relu_(self.linear1(x))  # (B, L, d_ff); in place: no second d_ff tensor
         if self.training:  # dropout acts in training only: no call otherwise
             hidden = self.dropout(hidden)
         return self.linear2(hidden)  # (B, L, d_model)
