@@ -450,9 +450,9 @@ def check_mask(name: str, mask: Tensor | None, shape: tuple[int, int, int, int],
         return
     if allow_2d and len(m) == 2 and m[0] in (1, T) and m[1] == S:
         return
-    forms = f"(B, h, T, S) = {shape} (B, h, T may be 1)"
-    forms = forms + (f" or (T, S) = ({T}, {S})" if allow_2d else "")
-    raise ValueError(f"{name} must have shape {forms}, got {m}")
+    letters = ", ".join("1" if size == 1 else letter for letter, size in zip("BhT", shape[:3]))
+    forms = f"({letters}, S) = {tuple(shape)}" + (f" or (T, S) = ({T}, {S})" if allow_2d else "")
+    raise ValueError(f"{name} must have shape {forms} (a size other than S may be 1), got {m}")
 
 
 def _check_broadcast_mask(mask: Tensor, scores_shape: tuple[int, ...], query: Tensor,

@@ -175,9 +175,9 @@ def _padded_sources(seed: int, lengths: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("seed, norm_first", [(0, False), (1, False), (2, False), (3, True)])
-def test_cached_greedy_equals_uncached(seed, norm_first):
-    model = _model(seed, norm_first)
-    src = _padded_sources(seed, [7, 3, 5, 1])  # batch 4, different lengths, padding
+def test_cached_greedy_equals_uncached(seed, norm_first, device):
+    model = _model(seed, norm_first).to(device)
+    src = _padded_sources(seed, [7, 3, 5, 1]).to(device)  # batch 4, different lengths, padding
     for eos in (EOS_ID, None):
         cached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos)
         uncached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos,
@@ -388,3 +388,97 @@ def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
 def test_num_kv_heads_must_divide_num_heads():
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=8"):
         MultiHeadAttention(32, 8, num_kv_heads=3)
+
+
+
+# --------------------------------------------------------------------------------------------
+# Stale state, decoder-only caches, argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_cache_refuses_another_encoder_output():
+    """A KVCache reused with another memory kept the old cross-attention K/V (logits off by
+    2.1, even with another S). The same tensor, or an equal one, is fine; another raises."""
+    model = _model(5)
+    src = _padded_sources(5, [6, 6])
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=4)
+        first = model.decode(token, memory, cache=cache)
+        model.decode(token, memory.clone(), cache=cache)  # equal values: accepted
+        for other in (model.encode(_padded_sources(6, [6, 6])), model.encode(src[:, :4])):
+            with pytest.raises(ValueError, match="another encoder output"):
+                model.decode(token, other, cache=cache)
+        with pytest.raises(ValueError, match="do not match the cache"):  # another batch
+            model.decode(token[:1], memory[:1], cache=cache)
+        fresh = KVCache.for_model(model, max_len=4)
+        torch.testing.assert_close(model.decode(token, memory, cache=fresh), first)
+
+
+def test_the_first_step_checks_memory_and_masks_and_later_steps_what_changed():
+    model = _model(6)
+    src = _padded_sources(6, [5, 3])
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = KVCache.for_model(model, max_len=4)
+        model.decode(token, memory, src_mask=src_mask, cache=cache)
+        assert cache.checked[0] is memory and cache.checked[1] is src_mask
+        with pytest.raises(ValueError, match="src_mask must have shape"):  # a new mask: checked
+            model.decode(token, memory, src_mask=src_mask[:, 0], cache=cache)
+        with pytest.raises(ValueError, match=r"tgt_mask must have shape .*\(2, 4, 1, 2\)"):
+            model.decode(token, memory, src_mask=src_mask, tgt_mask=torch.ones(1, 1, dtype=torch.bool),
+                         cache=cache)  # with a cache, tgt_mask spans cache length + T
+        good = torch.ones(2, 1, 1, 2, dtype=torch.bool)
+        assert model.decode(token, memory, src_mask=src_mask, tgt_mask=good, cache=cache).shape == (2, 1, VOCAB)
+
+
+def test_decoder_only_layers_cache_self_attention_only():
+    torch.manual_seed(7)
+    from minitransformer.model import Decoder
+
+    stack = Decoder(2, 32, 4, 64, dropout=0.0, cross_attention=False).eval()
+
+    class LM(torch.nn.Module):  # anything with decoder.layers
+        decoder = stack
+
+    cache = KVCache.for_model(LM(), max_len=3)
+    assert all(layer.cross_attn is None for layer in cache.layers) and cache.cross_attn_nbytes == 0
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        full = stack(x, None, tgt_mask=causal_mask(6))
+        steps = [stack(x[:, t : t + 1], None, cache=cache) for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 6
+
+
+def test_cache_argument_checks():
+    with pytest.raises(ValueError, match="max_len must be positive"):
+        KVCache(2, max_len=0)
+    with pytest.raises(TypeError, match="cache_cls must be AttentionCache"):
+        KVCache(2, cache_cls=dict)
+    with pytest.raises(TypeError, match="model must have decoder.layers"):
+        KVCache.for_model(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="positional"):
+        AttentionCache(4, True)  # static is keyword-only
+    cache = AttentionCache(max_len=4)
+    with pytest.raises(TypeError, match="key must be a floating-point tensor"):
+        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.long), torch.zeros(1, 2, 1, 4))
+    cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    with pytest.raises(ValueError, match="dtype=torch.float32"):  # would be cast silently
+        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="index must be an integer tensor"):
+        cache.reorder(torch.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"index \[0, 1\] must lie in \[0, B=1\)"):
+        cache.reorder(torch.tensor([0, 1]))
+    model = _model(0)
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        with torch.no_grad():
+            model.decode(torch.ones(1, 1, dtype=torch.long), torch.zeros(1, 3, 32), cache=cache)
+    static = AttentionCache(static=True)
+    empty = torch.zeros(1, 2, 0, 4)  # a source of length 0 fills the cache with nothing
+    static.update(empty, empty, source=torch.zeros(1, 0, 8))
+    with pytest.raises(ValueError, match="filled once"):
+        static.update(empty, empty)
