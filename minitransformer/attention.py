@@ -358,28 +358,20 @@ class MultiHeadAttention(nn.Module):
         """
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
-        new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
-                  bias=module.in_proj_bias is not None)
-        new.to(device=module.out_proj.weight.device, dtype=module.out_proj.weight.dtype)
-        new._copy_torch_weights(module)
-        return new.train(module.training)
-
-    def _copy_torch_weights(self, module: nn.MultiheadAttention) -> None:
-        """Copy ``module``'s weights into this module of the same sizes (exactly: the dtypes
-        must already agree)."""
-        if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
         if not module._qkv_same_embed_dim:
             raise ValueError(
                 f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim}"
             )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
-        ours = (self.d_model, self.num_heads, self.num_kv_heads, self.in_proj_bias is not None)
-        theirs = (module.embed_dim, module.num_heads, module.num_heads, module.in_proj_bias is not None)
-        if ours != theirs:
-            raise ValueError(f"(d_model, num_heads, num_kv_heads, bias) differ: ours {ours}, "
-                             f"torch's {theirs}")
+        new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
+                  bias=module.in_proj_bias is not None)
+        new.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
+        new._copy_torch_weights(module)
+        return new.train(module.training)
+
+    def _copy_torch_weights(self, module: nn.MultiheadAttention) -> None:
+        """Copy the weights of a torch module of our sizes, dtype and device (exactly)."""
         with torch.no_grad():
             self.in_proj_weight.copy_(module.in_proj_weight)
             self.w_o.weight.copy_(module.out_proj.weight)
