@@ -11,17 +11,15 @@ Masks are boolean and ``True`` means "may attend", the convention of
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minitransformer._checks import positive_int, probability, tensor
+from minitransformer.kv_cache import AttentionCache
 from minitransformer.positional import rotary_embedding
-
-if TYPE_CHECKING:  # only for the annotation of MultiHeadAttention.forward's cache
-    from minitransformer.kv_cache import AttentionCache
 
 __all__ = [
     "scaled_dot_product_attention",
@@ -124,10 +122,12 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     The layout of :class:`torch.nn.MultiheadAttention`: one projection of width ``h * d_k``
     read as ``h`` projections of width ``d_k`` (section "One big projection, reshaped").
     """
+    tensor("x", x)
+    num_heads = positive_int("num_heads", num_heads)
     if x.dim() != 3:
         raise ValueError(f"split_heads expects (B, T, h * d_k), got shape {tuple(x.shape)}")
     B, T, D = x.shape
-    if num_heads <= 0 or D % num_heads != 0:
+    if D % num_heads != 0:
         raise ValueError(
             f"last dimension {D} of shape {tuple(x.shape)} is not divisible by "
             f"num_heads={num_heads}"
@@ -138,7 +138,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
 def merge_heads(x: Tensor) -> Tensor:
     """``(B, h, T, d_v) -> (B, T, h * d_v)``: Concat(head_1, ..., head_h), the inverse of
     :func:`split_heads`."""
-    if x.dim() != 4:
+    if tensor("x", x).dim() != 4:
         raise ValueError(f"merge_heads expects (B, h, T, d_v), got shape {tuple(x.shape)}")
     B, h, T, d_v = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T, h, d_v) -> (B, T, h * d_v)
@@ -321,6 +321,8 @@ class MultiHeadAttention(nn.Module):
         """Raise, naming the shapes, unless the inputs are ``(B, T|S, d_model)`` tensors in the
         module's dtype and on its device (the common case costs no message)."""
         w = self.in_proj_weight
+        if cache is not None and not isinstance(cache, AttentionCache):
+            raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
         if (start is None and (cache is None or not self.rotary) and isinstance(query, Tensor)
                 and self._fits(query, w) and (key is query or self._fits(key, w))
                 and (value is key or self._fits(value, w)) and key.shape[:2] == value.shape[:2]

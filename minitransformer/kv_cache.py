@@ -151,7 +151,7 @@ class AttentionCache:
             return False
         if source is self.source:
             return True
-        if (source.shape == self.source.shape and source.device == self.source.device
+        if (tensor("source", source).shape == self.source.shape and source.device == self.source.device
                 and torch.equal(source, self.source)):
             self.source = source
             return True

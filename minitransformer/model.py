@@ -73,6 +73,7 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_stream("x", x, self.linear1.in_features, "(B, L, d_model)")
         hidden = torch.relu_(self.linear1(x))  # (B, L, d_ff); in place: no second d_ff tensor
         if self.training:  # dropout acts in training only: no call otherwise
             hidden = self.dropout(hidden)
@@ -387,6 +388,13 @@ class Transformer(nn.Module):
     def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
         """``(B, L)`` ids -> ``(B, L, d_model)``: ``sqrt(d_model) E[ids]`` plus the positions
         ``start ..`` (``start`` = the cache length when decoding with a KV cache)."""
+        if not isinstance(embedding, nn.Embedding):
+            raise TypeError(f"embedding must be an nn.Embedding, got {type(embedding).__name__}")
+        start = positive_int("start", start, allow_zero=True)
+        self._check_tokens("tokens", tokens, embedding, start)
+        return self._embed(tokens, embedding, start)
+
+    def _embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
         return self.positional(embedding(tokens) * math.sqrt(self.d_model), start)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -394,7 +402,7 @@ class Transformer(nn.Module):
         True at real tokens."""
         self._check_tokens("src", src, self.src_embed)
         check_mask("src_mask", src_mask, (src.shape[0], 1, 1, src.shape[1]), allow_2d=False)
-        return self.encoder(self.embed(src, self.src_embed), _unless_all_true(src_mask))
+        return self.encoder(self._embed(src, self.src_embed), _unless_all_true(src_mask))
 
     def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
@@ -419,7 +427,7 @@ class Transformer(nn.Module):
             mask = causal_mask(start + T, device=tgt.device)[start:]  # (T, start + T)
         if tgt_mask is not None:
             mask = tgt_mask if mask is None else mask & tgt_mask
-        x = self.embed(tgt, self.tgt_embed, start)  # (B, T, d_model)
+        x = self._embed(tgt, self.tgt_embed, start)  # (B, T, d_model)
         x = self.decoder(x, memory, src_mask=cross_mask, tgt_mask=mask, cache=cache)
         return self.output(x)  # (B, T, V_tgt)
 
@@ -576,6 +584,8 @@ def parameter_breakdown(model: Transformer) -> dict[str, int]:
     and the output projection); the sinusoidal table is a buffer, not a parameter. ``total``
     equals ``sum(p.numel() for p in model.parameters())``. Works on the ``meta`` device.
     """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     seen: set[int] = set()
 
     def unique(module: nn.Module) -> list[Tensor]:

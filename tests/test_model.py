@@ -511,3 +511,22 @@ def test_keyword_only_options_and_argument_checks() -> None:
         model.decode(torch.ones(2, 1, dtype=torch.long), memory[0])
     with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         model.encoder.layers[0](torch.ones(2, 3, D_MODEL, dtype=torch.long))
+
+
+def test_public_helpers_check_their_arguments() -> None:
+    model = small_model()
+    with pytest.raises(TypeError, match="tokens must hold integer token ids"):
+        model.embed(torch.zeros(1, 3), model.src_embed)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.embed(torch.tensor([[11]]), model.tgt_embed)
+    with pytest.raises(TypeError, match="start must be an int"):
+        model.embed(torch.ones(1, 3, dtype=torch.long), model.tgt_embed, start=0.5)
+    with pytest.raises(TypeError, match="embedding must be an nn.Embedding"):
+        model.embed(torch.ones(1, 3, dtype=torch.long), model.output)
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        parameter_breakdown(model.encoder)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, d_model\) with d_model=16"):
+        model.encoder.layers[0].feed_forward(torch.randn(2, 3, 8))
+    with pytest.raises(TypeError, match="cache must be an AttentionCache"):
+        model.decoder.layers[0].self_attn(torch.randn(1, 2, 16), torch.randn(1, 2, 16),
+                                          torch.randn(1, 2, 16), cache=object())

@@ -675,3 +675,14 @@ def test_empty_inputs(need_weights):
         out, _ = mha(torch.randn(2, 0, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8),
                      need_weights=need_weights)
         assert out.shape == (2, 0, 8)
+
+
+def test_split_and_merge_heads_check_their_arguments():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        split_heads([[1.0]], 2)
+    with pytest.raises(TypeError, match="num_heads must be an int"):
+        split_heads(torch.randn(1, 2, 4), 2.0)
+    with pytest.raises(ValueError, match="num_heads must be positive"):
+        split_heads(torch.randn(1, 2, 4), 0)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        merge_heads(None)
