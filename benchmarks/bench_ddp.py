@@ -52,7 +52,8 @@ VOCAB, MIN_LEN, MAX_LEN, BATCH, WARMUP_UPDATES = 13, 4, 8, 128, 5
 def timed_run(updates: int) -> float:
     """Seconds for ``updates`` updates of the chapter's model (in or out of a process group)."""
     torch.manual_seed(0)
-    model = Transformer(VOCAB, VOCAB, 64, 4, 1, 128, 0.0, max_len=MAX_LEN + 2)
+    model = Transformer(VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128, dropout=0.0,
+                        max_len=MAX_LEN + 2)
     optimizer, scheduler = make_optimizer(model, warmup_steps=40, scale=0.5)
     gen = torch.Generator().manual_seed(0)
 

@@ -17,7 +17,7 @@ attention (MQA) make fewer than the query heads.
 Usage with the package's :class:`~minitransformer.model.Transformer`::
 
     cache = KVCache.for_model(model, max_len=L)  # batch size: taken from the first step
-    logits = model.decode(next_tokens, memory, src_mask, cache=cache)  # (B, 1, V), one step
+    logits = model.decode(next_tokens, memory, src_mask=src_mask, cache=cache)  # (B, 1, V)
 
 :func:`minitransformer.decoding.greedy_decode` and :func:`~minitransformer.decoding.beam_search`
 do this for you (``use_cache=True``, the default). The memory calculator (the formula above,
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from minitransformer._checks import positive_int, tensor
+
 __all__ = [
     "AttentionCache",
     "LayerCache",
@@ -41,63 +43,57 @@ __all__ = [
 class AttentionCache:
     """The keys and values of one attention module during one decoding run.
 
-    Keys and values are stored per *key/value* head, ``(B, h_kv, capacity, d_k)``, in tensors
-    allocated once: :meth:`update` writes the new positions into the next free slots (no
-    ``torch.cat`` of a growing tensor per step) and returns views of the filled part. If a run
-    outgrows ``capacity`` the buffers double, so appends stay amortised O(1).
+    Section "How the cache works" of ``book/inference``. Keys and values are stored per
+    key/value head, ``(B, h_kv, max_len, d_k)``, in buffers allocated by the first
+    :meth:`update` (in the dtype and on the device of its keys). Each update writes the new
+    positions into the next free slots and returns views of the filled part; a run longer than
+    ``max_len`` doubles the buffers.
 
-    Two kinds (section "How the cache works"):
+    * ``static=False``, decoder self-attention: every step appends its positions.
+    * ``static=True``, cross-attention: filled once from the encoder output, then reused while
+      the same encoder output comes back (:meth:`holds`); another one raises.
 
-    * ``static=False``, decoder self-attention: every step appends the new position's K/V.
-    * ``static=True``, cross-attention: the K/V of the encoder output are stored by the first
-      call and then reused unchanged; :attr:`reuse` tells
-      :class:`~minitransformer.attention.MultiHeadAttention` to skip the key/value projections.
-
-    Buffers are allocated lazily, on the first :meth:`update`, with the dtype and device of the
-    keys it receives (a static cache takes its capacity from them).
+    A subclass stores K/V differently by overriding ``_allocate``, ``_write`` and ``_read``
+    (e.g. :class:`minitransformer.quantize.Int8AttentionCache`); the bookkeeping works on the
+    buffers named in ``_BUFFERS``.
     """
 
-    def __init__(self, capacity: int | None = None, static: bool = False) -> None:
-        if capacity is not None:
-            _positive_int("capacity", capacity)
-        self.capacity = capacity
-        self.static = static
-        self.keys: Tensor | None = None  # (B, h_kv, capacity, d_k)
-        self.values: Tensor | None = None  # (B, h_kv, capacity, d_v)
-        self.length = 0  # positions filled
-
-    @property
-    def reuse(self) -> bool:
-        """Whether this is a filled static (cross-attention) cache, whose K/V are reused."""
-        return self.static and self.length > 0
-
-    # Storage hooks. The bookkeeping above and below (capacity, growth, reorder, bytes) works
-    # on the buffers named in _BUFFERS, so a subclass can store K/V differently by overriding
-    # _allocate, _write and _read: minitransformer.quantize.Int8AttentionCache keeps int8.
     _BUFFERS: tuple[str, ...] = ("keys", "values")
 
-    def _allocate(self, like_k: Tensor, like_v: Tensor, capacity: int) -> None:
+    def __init__(self, max_len: int | None = None, *, static: bool = False) -> None:
+        self.max_len = None if max_len is None else positive_int("max_len", max_len)
+        self.static = bool(static)
+        self.keys: Tensor | None = None  # (B, h_kv, max_len, d_k)
+        self.values: Tensor | None = None  # (B, h_kv, max_len, d_v)
+        self.length = 0  # positions filled
+        self.source: Tensor | None = None  # static: the encoder output the K/V came from
+
+    def _allocate(self, like_k: Tensor, like_v: Tensor, max_len: int) -> None:
         B, h_kv, _, d_k = like_k.shape
-        self.keys = like_k.new_empty(B, h_kv, capacity, d_k)  # preallocated, filled by update
-        self.values = like_v.new_empty(B, h_kv, capacity, like_v.shape[-1])
+        self.keys = like_k.new_empty(B, h_kv, max_len, d_k)
+        self.values = like_v.new_empty(B, h_kv, max_len, like_v.shape[-1])
 
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
-        self.keys[:, :, start:end] = key  # write in place: no copy of the old positions
+        self.keys[:, :, start:end] = key  # in place: the old positions are not copied
         self.values[:, :, start:end] = value
 
     def _read(self, end: int) -> tuple[Tensor, Tensor]:
+        if end == self.keys.shape[2]:  # full (always, for a static cache): no slicing
+            return self.keys, self.values
         return self.keys[:, :, :end], self.values[:, :, :end]
 
-    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``key``/``value`` ``(B, h_kv, n, d)`` after the cached positions.
-
-        Returns the keys and values of all positions so far, ``(B, h_kv, length, d)`` views of
-        the buffers.
+    def update(self, key: Tensor, value: Tensor, *, source: Tensor | None = None
+               ) -> tuple[Tensor, Tensor]:
+        """Store ``key``/``value`` ``(B, h_kv, n, d)`` after the cached positions; return all
+        positions so far, ``(B, h_kv, length, d)``. ``source``: for a static cache, the encoder
+        output they were computed from (what :meth:`holds` compares with).
 
         Raises:
-            ValueError: if the batch, heads or head size differ from what is cached, or if a
-                static cache is updated twice.
+            ValueError: if B, h_kv, d, dtype or device differ from what is cached, or a static
+                cache is filled twice.
         """
+        tensor("key", key, kind="float")
+        tensor("value", value, kind="float")
         if key.dim() != 4 or value.dim() != 4 or key.shape[:3] != value.shape[:3]:
             raise ValueError(
                 f"key and value must be (B, h_kv, n, d) with the same B, h_kv and n, got key "
@@ -105,17 +101,19 @@ class AttentionCache:
             )
         n = key.shape[2]
         if self.keys is None:
-            capacity = n if self.static else max(self.capacity or 0, n, 1)
-            self._allocate(key, value, capacity)
+            self._allocate(key, value, n if self.static else max(self.max_len or 0, n, 1))
+            self._like = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype,
+                          key.device)
         elif self.static:
-            raise ValueError("a static (cross-attention) cache is filled once; use reuse")
+            raise ValueError("a static (cross-attention) cache is filled once")
         else:
-            B, h_kv, _, d_k = self.keys.shape
-            if (key.shape[0], key.shape[1], key.shape[3], value.shape[3]) != (
-                    B, h_kv, d_k, self.values.shape[3]):
+            got = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype, key.device)
+            if got != self._like:
+                cached = ", ".join(f"{name}={v}" for name, v in
+                                   zip(("B", "h_kv", "d_k", "d_v", "dtype", "device"), self._like))
                 raise ValueError(
-                    f"new keys {tuple(key.shape)} / values {tuple(value.shape)} do not match the "
-                    f"cache (B={B}, h_kv={h_kv}, d_k={d_k}, d_v={self.values.shape[3]})"
+                    f"new keys {tuple(key.shape)} / values {tuple(value.shape)} ({key.dtype}, "
+                    f"{key.device}) do not match the cache ({cached})"
                 )
             if self.length + n > self.keys.shape[2]:  # outgrown: double (amortised O(1))
                 old = {name: getattr(self, name) for name in self._BUFFERS}
@@ -125,22 +123,54 @@ class AttentionCache:
         end = self.length + n
         self._write(self.length, end, key, value)
         self.length = end
+        if self.static:
+            self.source = source
         return self._read(end)
 
+    def holds(self, source: Tensor) -> bool:
+        """Whether this is a static cache filled from ``source`` (so its K/V can be reused).
+
+        The same tensor, or an equal one (beam search re-indexes the encoder output every
+        step), is accepted. An empty or self-attention cache gives False.
+
+        Raises:
+            ValueError: if the cache was filled from a different encoder output: its K/V
+                would be stale (start a new cache for each source batch).
+        """
+        if self.source is None:
+            return False
+        if source is self.source:
+            return True
+        if (tensor("source", source).shape == self.source.shape and source.device == self.source.device
+                and torch.equal(source, self.source)):
+            self.source = source
+            return True
+        raise ValueError(
+            f"this cross-attention cache holds the keys and values of another encoder output "
+            f"(shape {tuple(self.source.shape)}), got {tuple(source.shape)}: use a new KVCache "
+            "for each source batch"
+        )
+
     def get(self) -> tuple[Tensor, Tensor]:
-        """The cached keys and values, ``(B, h_kv, length, d)`` views."""
+        """The cached keys and values, ``(B, h_kv, length, d)``."""
         if self.keys is None:
             raise ValueError("the cache is empty: nothing has been stored yet")
         return self._read(self.length)
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search: the beam each survivor came from).
-
-        ``index`` is a ``(B',)`` long tensor; the batch size becomes ``B'``.
-        """
-        if self.keys is not None:
-            for name in self._BUFFERS:
-                setattr(self, name, getattr(self, name).index_select(0, index))
+        """Keep batch rows ``index`` ``(B',)`` (beam search: the row each survivor came from)."""
+        tensor("index", index, kind="int", ndim=1, what="(B',)")
+        if self.keys is None:
+            return
+        B = self.keys.shape[0]
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
+            raise ValueError(f"index {index.tolist()} must lie in [0, B={B})")
+        index = index.to(self.keys.device)
+        for name in self._BUFFERS:
+            setattr(self, name, getattr(self, name).index_select(0, index))
+        if self.source is not None:
+            self.source = self.source.index_select(0, index)
+        self._like = (len(index),) + self._like[1:]
 
     @property
     def nbytes(self) -> int:
@@ -159,46 +189,57 @@ class AttentionCache:
 
 @dataclass
 class LayerCache:
-    """The two caches of one decoder layer: self-attention (grows) and cross-attention (static)."""
+    """The caches of one decoder layer: self-attention (grows) and cross-attention (static;
+    None in a decoder-only model)."""
 
     self_attn: AttentionCache
-    cross_attn: AttentionCache
+    cross_attn: AttentionCache | None = None
 
 
 class KVCache:
     """The KV cache of a whole decoder: one :class:`LayerCache` per decoder layer.
 
-    Section "How the cache works" of the chapter ``book/inference``. Pass it to
-    :meth:`minitransformer.model.Transformer.decode` as ``cache=``; then ``tgt`` holds only the
-    *new* tokens, whose positions start at :attr:`length`.
+    Section "How the cache works" of ``book/inference``. Pass it to
+    :meth:`minitransformer.model.Transformer.decode` as ``cache=``: ``tgt`` then holds only the
+    new tokens, at positions from :attr:`length`. One cache serves one run over one source
+    batch.
 
     Args:
         num_layers: decoder layers.
-        capacity: positions to preallocate for self-attention (the longest output you expect;
-            longer runs still work, the buffers double).
-        cache_cls: the per-attention cache, :class:`AttentionCache` (keys and values in the
-            model's dtype) or a subclass that stores them differently, such as
+        max_len: positions to preallocate for self-attention (longer runs still work: the
+            buffers double).
+        cache_cls: :class:`AttentionCache` (the default) or a subclass, such as
             :class:`minitransformer.quantize.Int8AttentionCache`.
+        cross_attention: whether the layers have cross-attention (False: decoder-only).
     """
 
     def __init__(
-        self, num_layers: int, capacity: int | None = None,
-        cache_cls: type[AttentionCache] | None = None,
+        self, num_layers: int, max_len: int | None = None,
+        cache_cls: type[AttentionCache] | None = None, *, cross_attention: bool = True,
     ) -> None:
-        _positive_int("num_layers", num_layers)
+        positive_int("num_layers", num_layers)
         cache_cls = AttentionCache if cache_cls is None else cache_cls
+        if not (isinstance(cache_cls, type) and issubclass(cache_cls, AttentionCache)):
+            raise TypeError(f"cache_cls must be AttentionCache or a subclass, got {cache_cls!r}")
         self.layers = [
-            LayerCache(cache_cls(capacity), cache_cls(static=True))
+            LayerCache(cache_cls(max_len), cache_cls(static=True) if cross_attention else None)
             for _ in range(num_layers)
         ]
+        # What the model checked on this run's first step (Transformer.decode keeps its
+        # validated inputs here, so that later steps need not check them again).
+        self.checked: object = None
 
     @classmethod
     def for_model(
         cls, model: nn.Module, max_len: int | None = None,
         cache_cls: type[AttentionCache] | None = None,
-    ) -> "KVCache":
+    ) -> KVCache:
         """An empty cache for ``model`` (anything with ``model.decoder.layers``)."""
-        return cls(len(model.decoder.layers), max_len, cache_cls)
+        layers = getattr(getattr(model, "decoder", None), "layers", None)
+        if layers is None:
+            raise TypeError(f"model must have decoder.layers, got {type(model).__name__}")
+        cross = any(getattr(layer, "cross_attn", None) is not None for layer in layers)
+        return cls(len(layers), max_len, cache_cls, cross_attention=cross)
 
     @property
     def length(self) -> int:
@@ -209,7 +250,8 @@ class KVCache:
         """Keep batch rows ``index`` in every layer (beam search reorders hypotheses)."""
         for layer in self.layers:
             layer.self_attn.reorder(index)
-            layer.cross_attn.reorder(index)
+            if layer.cross_attn is not None:
+                layer.cross_attn.reorder(index)
 
     @property
     def self_attn_nbytes(self) -> int:
@@ -220,7 +262,7 @@ class KVCache:
     @property
     def cross_attn_nbytes(self) -> int:
         """Allocated bytes of the cross-attention caches (the source's K/V, stored once)."""
-        return sum(layer.cross_attn.nbytes for layer in self.layers)
+        return sum(layer.cross_attn.nbytes for layer in self.layers if layer.cross_attn)
 
     @property
     def nbytes(self) -> int:

@@ -404,8 +404,8 @@ def test_bad_inputs(args, error, message):
         (torch.ones(5, 3, dtype=torch.bool), ValueError, r"mask of shape \(5, 3\) does not broadcast"),  # transposed
         # A (B, 1, 1, S) padding mask with 3-D inputs would broadcast to (B, B, T, S): refused.
         (torch.ones(2, 1, 1, 5, dtype=torch.bool), ValueError, r"mask of shape \(2, 1, 1, 5\) does not broadcast"),
-        (torch.zeros(3, 5), ValueError, r"mask must be a boolean tensor .* got dtype torch.float32"),
-        (torch.ones(3, 5, dtype=torch.long), ValueError, r"boolean tensor .* got dtype torch.int64"),
+        (torch.zeros(3, 5), TypeError, r"mask must be a boolean tensor .* got dtype torch.float32"),
+        (torch.ones(3, 5, dtype=torch.long), TypeError, r"boolean tensor .* got dtype torch.int64"),
         ([[True] * 5] * 3, TypeError, r"mask must be a torch.Tensor, got list"),
     ],
     ids=["wrong-S", "transposed", "extra-dims", "float", "int", "list"],
@@ -416,21 +416,21 @@ def test_bad_masks(mask, error, message):
 
 
 def test_bad_mask_arguments():
-    with pytest.raises(ValueError, match="size must be non-negative, got -1"):
+    with pytest.raises(ValueError, match="size must be >= 0, got -1"):
         causal_mask(-1)
     with pytest.raises(TypeError, match="size must be an int, got float"):
         causal_mask(3.0)
-    with pytest.raises(ValueError, match=r"lengths must be 1-D \(B,\), got shape \(2, 1\)"):
+    with pytest.raises(ValueError, match=r"lengths must have 1 dimensions \(B,\), got shape \(2, 1\)"):
         padding_mask(torch.tensor([[1], [2]]), 3)
     with pytest.raises(ValueError, match=r"lengths \[1, 4\] must lie in \[0, max_len=3\]"):
         padding_mask(torch.tensor([1, 4]), 3)
     with pytest.raises(ValueError, match=r"lengths \[-1, 2\] must lie in"):
         padding_mask(torch.tensor([-1, 2]), 3)
-    with pytest.raises(TypeError, match="lengths must hold integers, got dtype torch.float32"):
+    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype torch.float32"):
         padding_mask(torch.tensor([1.0, 2.0]), 3)
     with pytest.raises(TypeError, match="max_len must be an int, got float"):
         padding_mask(torch.tensor([1, 2]), 3.0)
-    with pytest.raises(ValueError, match="max_len must be non-negative, got -2"):
+    with pytest.raises(ValueError, match="max_len must be >= 0, got -2"):
         padding_mask(torch.tensor([], dtype=torch.long), -2)
 
 
@@ -445,3 +445,70 @@ def test_broadcast_helper_agrees_with_torch_broadcast_shapes(shapes):
     except RuntimeError:
         want = None
     assert _broadcast_shape(*map(tuple, shapes)) == want
+
+
+# --------------------------------------------------------------------------------------
+# In-place masking, dropout, empty inputs
+# --------------------------------------------------------------------------------------
+
+
+def test_in_place_path_without_gradient_equals_the_autograd_path():
+    """Without a gradient the scores are masked and softmaxed in place; the results must be
+    those of the out-of-place path, fully masked rows and broadcast masks included."""
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = torch.randn(2, 3, 4, 6, generator=gen), torch.randn(2, 3, 5, 6), torch.randn(2, 3, 5, 2)
+    mask = torch.rand(2, 1, 4, 5, generator=gen) < 0.5
+    mask[0, 0, 1] = False  # a fully masked row
+    with torch.no_grad():
+        out, w = scaled_dot_product_attention(q, k, v, mask)
+    q.requires_grad_()
+    out_g, w_g = scaled_dot_product_attention(q, k, v, mask)
+    assert w_g.requires_grad
+    assert torch.equal(out, out_g.detach()) and torch.equal(w, w_g.detach())
+    assert (w[0, :, 1] == 0).all() and (out[0, :, 1] == 0).all()
+
+
+def test_a_mask_wider_than_the_scores_broadcasts_with_the_value_batch():
+    """Query and key shared over a batch that only the values (and the mask) have: the
+    (1, T, S) scores cannot hold the (3, T, S) mask in place, so masking goes out of place."""
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = torch.randn(1, 4, 3, generator=gen), torch.randn(1, 5, 3), torch.randn(3, 5, 2)
+    mask = torch.rand(3, 4, 5, generator=gen) < 0.6
+    mask[1, 2] = False
+    with torch.no_grad():
+        out, w = scaled_dot_product_attention(q, k, v, mask)
+    want = F.scaled_dot_product_attention(q.expand(3, 4, 3), k.expand(3, 5, 3), v, attn_mask=mask)
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    assert w.shape == (3, 4, 5) and (w[1, 2] == 0).all()
+
+
+def test_dropout_acts_on_the_weights_once_and_the_output_uses_them():
+    gen = torch.Generator().manual_seed(10)
+    q, k, v = torch.randn(2, 6, 4, generator=gen), torch.randn(2, 7, 4), torch.randn(2, 7, 3)
+    _, plain = scaled_dot_product_attention(q, k, v)
+    torch.manual_seed(0)
+    out, dropped = scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    kept = dropped != 0
+    assert 0 < kept.float().mean() < 1
+    torch.testing.assert_close(dropped[kept], 2 * plain[kept])  # survivors scaled by 1 / (1 - p)
+    torch.testing.assert_close(out, dropped @ v)
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:  # Q K^T and weights V: two products only
+        scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert counter.get_total_flops() == 2 * 2 * (6 * 7 * 4 + 6 * 7 * 3)
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(ValueError, match="dropout_p"):
+            scaled_dot_product_attention(q, k, v, dropout_p=bad)
+
+
+def test_empty_inputs_give_empty_or_zero_outputs():
+    """S = 0: every query row sees no key, so (as for a fully masked row) the output is 0;
+    T = 0 and B = 0 give empty outputs of the documented shapes."""
+    q = torch.randn(2, 3, 4)
+    out, w = scaled_dot_product_attention(q, torch.randn(2, 0, 4), torch.randn(2, 0, 5))
+    assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0) and (out == 0).all()
+    out, w = scaled_dot_product_attention(torch.randn(2, 0, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5))
+    assert out.shape == (2, 0, 5) and w.shape == (2, 0, 3)
+    out, w = scaled_dot_product_attention(torch.randn(0, 3, 4), torch.randn(0, 3, 4), torch.randn(0, 3, 5))
+    assert out.shape == (0, 3, 5) and w.shape == (0, 3, 3)

@@ -37,9 +37,9 @@ def _padded_sources(seed: int, lengths: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("seed, norm_first", [(0, False), (1, False), (2, False), (3, True)])
-def test_cached_greedy_equals_uncached(seed, norm_first):
-    model = _model(seed, norm_first)
-    src = _padded_sources(seed, [7, 3, 5, 1])  # batch 4, different lengths, padding
+def test_cached_greedy_equals_uncached(seed, norm_first, device):
+    model = _model(seed, norm_first).to(device)
+    src = _padded_sources(seed, [7, 3, 5, 1]).to(device)  # batch 4, different lengths, padding
     for eos in (EOS_ID, None):
         cached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos)
         uncached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos,
@@ -58,9 +58,9 @@ def test_cached_step_logits_equal_full_decode(seed):
     ys = greedy_decode(model, src, max_len=10, bos_id=BOS_ID, eos_id=None)  # (3, 10)
     with torch.no_grad():
         memory = model.encode(src, src_mask)
-        full = model.decode(ys, memory, src_mask)  # (3, 10, V)
+        full = model.decode(ys, memory, src_mask=src_mask)  # (3, 10, V)
         cache = KVCache.for_model(model, max_len=10)
-        steps = [model.decode(ys[:, t : t + 1], memory, src_mask, cache=cache)
+        steps = [model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
                  for t in range(ys.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == 10
@@ -81,18 +81,18 @@ def test_chunked_prefill_equals_whole():
 
 
 def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
-    # A cached step uses the fused kernel (one query row; nothing to plot), so the decoder
-    # layers keep None; a full forward pass computes and keeps the weights again.
+    # Decoding uses the fused kernel and keeps no weights (no layer does unless asked);
+    # attention_weights runs a full pass that computes them.
     model = _model(4)
     src = _padded_sources(4, [5, 3])
     ys = greedy_decode(model, src, max_len=6, bos_id=BOS_ID, eos_id=None)
-    maps = model.attention_weights()
-    assert maps["decoder_self"][0] is None and maps["cross"][0] is None
-    assert maps["encoder"][0].shape == (2, model.num_heads, 5, 5)
+    assert all(layer.self_attn_weights is None and layer.cross_attn_weights is None
+               for layer in model.decoder.layers)
+    assert all(layer.self_attn_weights is None for layer in model.encoder.layers)
     ys[0, 0] = BOS_ID  # an ordinary tensor, not an inference-mode one: in-place writes work
-    with torch.no_grad():
-        model(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
-    assert model.attention_weights()["cross"][0].shape == (2, model.num_heads, 6, 5)
+    maps = model.attention_weights(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
+    assert maps["cross"][0].shape == (2, model.num_heads, 6, 5)
+    assert maps["encoder"][0].shape == (2, model.num_heads, 5, 5)
 
 
 @pytest.mark.parametrize("seed, beam_size", [(0, 1), (0, 3), (1, 4)])
@@ -128,7 +128,7 @@ def test_cache_memory_equals_kv_cache_bytes():
 
 
 def test_append_writes_in_place_into_preallocated_buffers():
-    cache = AttentionCache(capacity=6)
+    cache = AttentionCache(max_len=6)
     gen = torch.Generator().manual_seed(0)
     keys, values = [], []
     pointers = set()
@@ -148,17 +148,18 @@ def test_append_writes_in_place_into_preallocated_buffers():
 
 def test_static_cache_is_filled_once_and_reused():
     cache = AttentionCache(static=True)
-    assert not cache.reuse
+    memory = torch.randn(1, 5, 8)  # the encoder output the keys and values come from
+    assert not cache.holds(memory)
     k = torch.randn(1, 2, 5, 4)
-    cache.update(k, k)
-    assert cache.reuse and cache.length == 5
+    cache.update(k, k, source=memory)
+    assert cache.holds(memory) and cache.length == 5
     assert torch.equal(cache.get()[0], k)
     with pytest.raises(ValueError, match="filled once"):
         cache.update(k, k)
 
 
 def test_reorder_follows_beam_indices():
-    cache = KVCache(num_layers=1, capacity=4)
+    cache = KVCache(num_layers=1, max_len=4)
     rows = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 2, 1, 4)  # row b is filled with b
     cache.layers[0].self_attn.update(rows, rows)
     cache.layers[0].cross_attn.update(rows, rows)
@@ -170,7 +171,7 @@ def test_reorder_follows_beam_indices():
 
 
 def test_cache_shape_errors():
-    cache = AttentionCache(capacity=4)
+    cache = AttentionCache(max_len=4)
     cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
     with pytest.raises(ValueError, match=r"do not match the cache \(B=1, h_kv=2"):
         cache.update(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
@@ -209,8 +210,9 @@ def test_gqa_equals_mha_with_shared_key_value_heads(num_kv_heads):
     mha = MultiHeadAttention(d_model, h).eval()
     group = h // num_kv_heads
     with torch.no_grad():
-        mha.w_q.load_state_dict(gqa.w_q.state_dict())
-        mha.w_o.load_state_dict(gqa.w_o.state_dict())
+        for ours, theirs in ((mha.w_q, gqa.w_q), (mha.w_o, gqa.w_o)):  # w_q: a packed view
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
         for ours, theirs in ((mha.w_k, gqa.w_k), (mha.w_v, gqa.w_v)):
             w = theirs.weight.view(num_kv_heads, d_k, d_model).repeat_interleave(group, 0)
             ours.weight.copy_(w.reshape(d_model, d_model))
@@ -234,7 +236,7 @@ def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
     attn = MultiHeadAttention(d_model, h, num_kv_heads=num_kv_heads).eval()
     x = torch.randn(B, n, d_model)
     full, _ = attn(x, x, x, causal_mask(n))
-    cache = AttentionCache(capacity=n)
+    cache = AttentionCache(max_len=n)
     steps = []
     for t in range(n):
         out, weights = attn(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)
@@ -249,3 +251,97 @@ def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
 def test_num_kv_heads_must_divide_num_heads():
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=8"):
         MultiHeadAttention(32, 8, num_kv_heads=3)
+
+
+
+# --------------------------------------------------------------------------------------------
+# Stale state, decoder-only caches, argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_cache_refuses_another_encoder_output():
+    """A KVCache reused with another memory kept the old cross-attention K/V (logits off by
+    2.1, even with another S). The same tensor, or an equal one, is fine; another raises."""
+    model = _model(5)
+    src = _padded_sources(5, [6, 6])
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=4)
+        first = model.decode(token, memory, cache=cache)
+        model.decode(token, memory.clone(), cache=cache)  # equal values: accepted
+        for other in (model.encode(_padded_sources(6, [6, 6])), model.encode(src[:, :4])):
+            with pytest.raises(ValueError, match="another encoder output"):
+                model.decode(token, other, cache=cache)
+        with pytest.raises(ValueError, match="do not match the cache"):  # another batch
+            model.decode(token[:1], memory[:1], cache=cache)
+        fresh = KVCache.for_model(model, max_len=4)
+        torch.testing.assert_close(model.decode(token, memory, cache=fresh), first)
+
+
+def test_the_first_step_checks_memory_and_masks_and_later_steps_what_changed():
+    model = _model(6)
+    src = _padded_sources(6, [5, 3])
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = KVCache.for_model(model, max_len=4)
+        model.decode(token, memory, src_mask=src_mask, cache=cache)
+        assert cache.checked[0] is memory and cache.checked[1] is src_mask
+        with pytest.raises(ValueError, match="src_mask must have shape"):  # a new mask: checked
+            model.decode(token, memory, src_mask=src_mask[:, 0], cache=cache)
+        with pytest.raises(ValueError, match=r"tgt_mask must have shape .*\(2, 4, 1, 2\)"):
+            model.decode(token, memory, src_mask=src_mask, tgt_mask=torch.ones(1, 1, dtype=torch.bool),
+                         cache=cache)  # with a cache, tgt_mask spans cache length + T
+        good = torch.ones(2, 1, 1, 2, dtype=torch.bool)
+        assert model.decode(token, memory, src_mask=src_mask, tgt_mask=good, cache=cache).shape == (2, 1, VOCAB)
+
+
+def test_decoder_only_layers_cache_self_attention_only():
+    torch.manual_seed(7)
+    from minitransformer.model import Decoder
+
+    stack = Decoder(2, 32, 4, 64, dropout=0.0, cross_attention=False).eval()
+
+    class LM(torch.nn.Module):  # anything with decoder.layers
+        decoder = stack
+
+    cache = KVCache.for_model(LM(), max_len=3)
+    assert all(layer.cross_attn is None for layer in cache.layers) and cache.cross_attn_nbytes == 0
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        full = stack(x, None, tgt_mask=causal_mask(6))
+        steps = [stack(x[:, t : t + 1], None, cache=cache) for t in range(6)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.length == 6
+
+
+def test_cache_argument_checks():
+    with pytest.raises(ValueError, match="max_len must be positive"):
+        KVCache(2, max_len=0)
+    with pytest.raises(TypeError, match="cache_cls must be AttentionCache"):
+        KVCache(2, cache_cls=dict)
+    with pytest.raises(TypeError, match="model must have decoder.layers"):
+        KVCache.for_model(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="positional"):
+        AttentionCache(4, True)  # static is keyword-only
+    cache = AttentionCache(max_len=4)
+    with pytest.raises(TypeError, match="key must be a floating-point tensor"):
+        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.long), torch.zeros(1, 2, 1, 4))
+    cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+    with pytest.raises(ValueError, match="dtype=torch.float32"):  # would be cast silently
+        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 4, dtype=torch.float64))
+    with pytest.raises(TypeError, match="index must be an integer tensor"):
+        cache.reorder(torch.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"index \[0, 1\] must lie in \[0, B=1\)"):
+        cache.reorder(torch.tensor([0, 1]))
+    model = _model(0)
+    with pytest.raises(TypeError, match="cache must be a KVCache"):
+        with torch.no_grad():
+            model.decode(torch.ones(1, 1, dtype=torch.long), torch.zeros(1, 3, 32), cache=cache)
+    static = AttentionCache(static=True)
+    empty = torch.zeros(1, 2, 0, 4)  # a source of length 0 fills the cache with nothing
+    static.update(empty, empty, source=torch.zeros(1, 0, 8))
+    with pytest.raises(ValueError, match="filled once"):
+        static.update(empty, empty)

@@ -42,15 +42,15 @@ def lengths_mask(lengths: list[int], S: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_encoder_layer_matches_torch(norm_first: bool, with_mask: bool) -> None:
+def test_encoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) -> None:
     torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True,
-                                     norm_first=norm_first).eval()
+                                     norm_first=norm_first, device=device).eval()
     ours = EncoderLayer.from_torch(ref).eval()
     assert ours.norm_first is norm_first
-    x = torch.randn(3, 7, D_MODEL)
+    x = torch.randn(3, 7, D_MODEL, device=device)
     if with_mask:
-        keep = lengths_mask([7, 4, 1], 7)  # (B, S), True = real token
+        keep = lengths_mask([7, 4, 1], 7).to(device)  # (B, S), True = real token
         want = ref(x, src_key_padding_mask=~keep)  # torch: True = blocked
         got = ours(x, keep[:, None, None, :])
         # torch's fast path may write anything at padded *query* rows; compare real rows only.
@@ -61,18 +61,18 @@ def test_encoder_layer_matches_torch(norm_first: bool, with_mask: bool) -> None:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("with_mask", [False, True])
-def test_decoder_layer_matches_torch(norm_first: bool, with_mask: bool) -> None:
+def test_decoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) -> None:
     torch.manual_seed(1)
     ref = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True,
-                                     norm_first=norm_first).eval()
+                                     norm_first=norm_first, device=device).eval()
     ours = DecoderLayer.from_torch(ref).eval()
     assert ours.norm_first is norm_first
-    x, memory = torch.randn(3, 5, D_MODEL), torch.randn(3, 6, D_MODEL)
+    x, memory = torch.randn(3, 5, D_MODEL, device=device), torch.randn(3, 6, D_MODEL, device=device)
     if with_mask:
-        causal = torch.ones(5, 5, dtype=torch.bool).tril()  # True = may attend
-        src_keep = lengths_mask([6, 2, 4], 6)
+        causal = torch.ones(5, 5, dtype=torch.bool, device=device).tril()  # True = may attend
+        src_keep = lengths_mask([6, 2, 4], 6).to(device)
         want = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~src_keep)
-        got = ours(x, memory, tgt_mask=causal, memory_mask=src_keep[:, None, None, :])
+        got = ours(x, memory, tgt_mask=causal, src_mask=src_keep[:, None, None, :])
     else:
         want, got = ref(x, memory), ours(x, memory)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
@@ -133,7 +133,7 @@ def test_decoder_stack_matches_torch(norm_first: bool) -> None:
     causal = torch.ones(5, 5, dtype=torch.bool).tril()
     keep = lengths_mask([4, 2], 4)
     want = ref(x, memory, tgt_mask=~causal, memory_key_padding_mask=~keep)
-    got = ours(x, memory, causal, keep[:, None, None, :])
+    got = ours(x, memory, tgt_mask=causal, src_mask=keep[:, None, None, :])
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
 
 
@@ -166,9 +166,9 @@ def test_transformer_shapes_and_forward_equals_encode_then_decode() -> None:
     src_mask = padding_mask(torch.tensor([7, 3, 5]), 7)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)
     assert memory.shape == (3, 7, D_MODEL)
-    logits = model.decode(tgt, memory, src_mask)
+    logits = model.decode(tgt, memory, src_mask=src_mask)
     assert logits.shape == (3, 5, 11)
-    torch.testing.assert_close(model(src, tgt, src_mask), logits)
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), logits)
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model() -> None:
@@ -187,7 +187,7 @@ def test_source_padding_is_ignored() -> None:
     other = src.clone()
     other[0, 4:] = torch.tensor([7, 9])  # row 0's padded positions
     tgt = torch.randint(3, 11, (2, 4))
-    torch.testing.assert_close(model(src, tgt, src_mask), model(other, tgt, src_mask))
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), model(other, tgt, src_mask=src_mask))
 
 
 CAUSAL_MODEL = {}
@@ -220,8 +220,7 @@ def test_target_mask_is_combined_with_causal_mask() -> None:
     all_true = torch.ones(2, 1, 1, 4, dtype=torch.bool)
     torch.testing.assert_close(model.decode(tgt, memory, tgt_mask=all_true), model.decode(tgt, memory))
     pad = padding_mask(torch.tensor([4, 2]), 4)  # row 1: positions 2, 3 are padding
-    model.decode(tgt, memory, tgt_mask=pad)
-    w = model.decoder.layers[0].self_attn_weights  # (B, h, T, T)
+    w = model.attention_weights(src, tgt, tgt_mask=pad)["decoder_self"][0]  # (B, h, T, T)
     assert torch.all(w.triu(1) == 0)  # causal
     assert torch.all(w[1, :, :, 2:] == 0)  # padding keys hidden
 
@@ -229,8 +228,7 @@ def test_target_mask_is_combined_with_causal_mask() -> None:
 def test_attention_weights_are_kept_for_plotting() -> None:
     model = small_model(num_layers=3)
     src, tgt = torch.randint(3, 11, (2, 6)), torch.randint(3, 11, (2, 4))
-    model(src, tgt)
-    maps = model.attention_weights()
+    maps = model.attention_weights(src, tgt)
     assert [w.shape for w in maps["encoder"]] == [(2, HEADS, 6, 6)] * 3
     assert [w.shape for w in maps["decoder_self"]] == [(2, HEADS, 4, 4)] * 3
     assert [w.shape for w in maps["cross"]] == [(2, HEADS, 4, 6)] * 3
@@ -341,7 +339,7 @@ def test_other_bad_inputs_raise() -> None:
         model.encode(torch.tensor([[3, 11]]))
     with pytest.raises(ValueError, match=r"shape \(B, length\)"):
         model.encode(torch.ones(4, dtype=torch.long))
-    with pytest.raises(ValueError, match="boolean"):
+    with pytest.raises(TypeError, match="boolean"):
         model.encode(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 1, 1, 4))
     with pytest.raises(ValueError, match="d_model"):
         model.decode(torch.ones(1, 4, dtype=torch.long), torch.zeros(1, 5, D_MODEL + 1))
@@ -364,11 +362,171 @@ def test_decoder_only_layer_has_no_cross_attention_and_stays_causal():
     full = sum(p.numel() for p in DecoderLayer(16, 2, 32, cross_attention=True).parameters())
     assert full - n_params == 4 * 16 * 16 + 4 * 16 + 2 * 16  # one attention and one LayerNorm
     x = torch.randn(2, 5, 16)
-    out = layer(x, None, causal_mask(5))
+    out = layer(x, None, tgt_mask=causal_mask(5))
     x2 = x.clone()
     x2[:, 3:] = torch.randn(2, 2, 16)  # later positions must not change earlier outputs
-    assert torch.allclose(layer(x2, None, causal_mask(5))[:, :3], out[:, :3], atol=1e-6)
+    assert torch.allclose(layer(x2, None, tgt_mask=causal_mask(5))[:, :3], out[:, :3], atol=1e-6)
     with pytest.raises(ValueError, match="memory"):
-        layer(x, torch.randn(2, 3, 16), causal_mask(5))
+        layer(x, torch.randn(2, 3, 16), tgt_mask=causal_mask(5))
     stack = Decoder(2, 16, 2, 32, dropout=0.0, cross_attention=False)
-    assert stack(x, None, causal_mask(5)).shape == (2, 5, 16)
+    assert stack(x, None, tgt_mask=causal_mask(5)).shape == (2, 5, 16)
+
+
+
+# --------------------------------------------------------------------------------------------
+# Masks of the documented shapes only
+# --------------------------------------------------------------------------------------------
+
+
+def test_src_masks_that_would_be_read_along_the_wrong_axis_are_refused() -> None:
+    """(B, S) with B == T, or (B, 1, S) with B == h, broadcast silently along the wrong axis
+    (the logits used to differ by up to 0.95); only (B, 1, 1, S) and (1, 1, 1, S) are taken."""
+    model = small_model()
+    B, S, T = HEADS, 6, HEADS  # B equals both h and T
+    src, tgt = torch.randint(3, 11, (B, S)), torch.randint(3, 11, (B, T))
+    keep = lengths_mask([6, 3, 5, 1], S)  # (B, S)
+    memory = model.encode(src, keep[:, None, None, :])
+    for bad in (keep, keep[:, None, :]):
+        with pytest.raises(ValueError, match=r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\)"):
+            model(src, tgt, src_mask=bad)
+        with pytest.raises(ValueError, match="src_mask"):
+            model.decode(tgt, memory, src_mask=bad)
+        with pytest.raises(ValueError, match="src_mask"):
+            model.encoder.layers[0](memory, bad)
+        with pytest.raises(ValueError, match="src_mask"):
+            model.decoder.layers[0](memory[:, :T], memory, src_mask=bad)
+    shared = torch.ones(1, 1, 1, S, dtype=torch.bool)
+    torch.testing.assert_close(model(src, tgt, src_mask=shared), model(src, tgt))
+
+
+def test_tgt_mask_takes_the_documented_shapes() -> None:
+    model = small_model()
+    B, T = 2, 5
+    src, tgt = torch.randint(3, 11, (B, 4)), torch.randint(3, 11, (B, T))
+    memory = model.encode(src)
+    want = model.decode(tgt, memory)
+    for shape in [(T, T), (B, 1, T, T), (B, 1, 1, T), (B, HEADS, T, T), (1, 1, T, T)]:
+        torch.testing.assert_close(model.decode(tgt, memory, tgt_mask=torch.ones(shape, dtype=torch.bool)), want)
+    for shape in [(B, T, T), (T, T + 1), (B, 3, T, T), (T,)]:
+        with pytest.raises(ValueError, match="tgt_mask must have shape"):
+            model.decode(tgt, memory, tgt_mask=torch.ones(shape, dtype=torch.bool))
+    with pytest.raises(TypeError, match="tgt_mask must be a boolean tensor"):
+        model.decode(tgt, memory, tgt_mask=torch.ones(T, T))
+
+
+# --------------------------------------------------------------------------------------------
+# from_torch: the right type, exactly the weights
+# --------------------------------------------------------------------------------------------
+
+
+def test_from_torch_keeps_float64_weights_exactly() -> None:
+    """The copies used to be made in float32 and converted: 1.4e-8 off per weight."""
+    torch.manual_seed(11)
+    enc = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, dtype=torch.float64)
+    dec = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, dtype=torch.float64)
+    stack = nn.TransformerEncoder(enc, 2, norm=nn.LayerNorm(D_MODEL, dtype=torch.float64),
+                                  enable_nested_tensor=False)
+    for ref, ours in [(enc, EncoderLayer.from_torch(enc)), (dec, DecoderLayer.from_torch(dec)),
+                      (stack, Encoder.from_torch(stack))]:
+        theirs = dict(ref.named_parameters())
+        mine = [p for p in ours.parameters()]
+        assert all(p.dtype == torch.float64 for p in mine)
+        assert sum(p.numel() for p in mine) == sum(p.numel() for p in theirs.values())
+        # torch names: ...self_attn.in_proj_weight, ...; ours has the same tensors, same order
+        for p, q in zip(mine, theirs.values()):
+            assert torch.equal(p, q)
+        assert ours.training == ref.training
+
+
+def test_from_torch_refuses_the_wrong_kind_of_layer() -> None:
+    enc = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True)
+    dec = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True)
+    with pytest.raises(TypeError, match="TransformerEncoderLayer, got TransformerDecoderLayer"):
+        EncoderLayer.from_torch(dec)  # used to drop the cross-attention silently
+    with pytest.raises(TypeError, match="TransformerDecoderLayer, got TransformerEncoderLayer"):
+        DecoderLayer.from_torch(enc)
+    with pytest.raises(TypeError, match="TransformerEncoder, got TransformerDecoder"):
+        Encoder.from_torch(nn.TransformerDecoder(dec, 1))
+    with pytest.raises(TypeError, match="TransformerDecoder, got TransformerEncoderLayer"):
+        Decoder.from_torch(enc)
+
+
+# --------------------------------------------------------------------------------------------
+# Attention weights only when asked; other arguments
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_forward_pass_keeps_no_weights_and_attention_weights_computes_them() -> None:
+    torch.manual_seed(12)
+    model = small_model()
+    src, tgt = torch.randint(3, 11, (2, 6)), torch.randint(3, 11, (2, 4))
+    src_mask = padding_mask(torch.tensor([6, 3]), 6)
+    logits = model(src, tgt, src_mask=src_mask)
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    assert all(layer.self_attn_weights is None for layer in layers)
+    maps = model.attention_weights(src, tgt, src_mask=src_mask)
+    assert not any(layer.store_weights for layer in layers)  # the switch is reset
+    assert all(layer.self_attn_weights is None for layer in layers)  # and nothing kept
+    # The weights are those of an explicit call on the same inputs.
+    with torch.no_grad():
+        x = model.embed(src, model.src_embed)
+        _, want = model.encoder.layers[0].self_attn(x, x, x, src_mask)
+    torch.testing.assert_close(maps["encoder"][0], want)
+    assert torch.all(maps["cross"][1][1, :, :, 3:] == 0)  # row 1's padding is hidden
+    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), logits)  # unchanged outputs
+    layer = model.encoder.layers[0]  # the switch on one layer
+    layer.store_weights = True
+    layer(x)
+    assert layer.self_attn_weights.shape == (2, HEADS, 6, 6)
+    layer.store_weights = False
+    layer(x)
+    assert layer.self_attn_weights is None
+
+
+def test_empty_batches_and_sequences() -> None:
+    model = small_model()
+    ids = lambda B, L: torch.randint(3, 11, (B, L))  # noqa: E731
+    assert model(ids(0, 4), ids(0, 3)).shape == (0, 3, 11)
+    assert model(ids(2, 4), ids(2, 0)).shape == (2, 0, 11)
+    logits = model(ids(2, 0), ids(2, 3))  # no source: cross-attention adds only its bias
+    assert logits.shape == (2, 3, 11) and torch.isfinite(logits).all()
+
+
+def test_keyword_only_options_and_argument_checks() -> None:
+    with pytest.raises(TypeError, match="positional"):
+        Transformer(11, 11, 16)
+    with pytest.raises(TypeError, match="positional"):
+        EncoderLayer(16, 4, 32, 0.1)
+    with pytest.raises(ValueError, match="d_ff must be positive"):
+        Transformer(11, 11, d_model=16, num_heads=4, d_ff=0)
+    with pytest.raises(ValueError, match="dropout"):
+        Transformer(11, 11, d_model=16, num_heads=4, dropout=1.0)
+    with pytest.raises(ValueError, match="num_layers must be positive"):
+        Encoder(0, 16, 4, 32)
+    model = small_model()
+    memory = model.encode(torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="memory must be a floating-point tensor"):
+        model.decode(torch.ones(2, 1, dtype=torch.long), memory.long())
+    with pytest.raises(ValueError, match=r"memory must have shape \(B, S, d_model\)"):
+        model.decode(torch.ones(2, 1, dtype=torch.long), memory[0])
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        model.encoder.layers[0](torch.ones(2, 3, D_MODEL, dtype=torch.long))
+
+
+def test_public_helpers_check_their_arguments() -> None:
+    model = small_model()
+    with pytest.raises(TypeError, match="tokens must hold integer token ids"):
+        model.embed(torch.zeros(1, 3), model.src_embed)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.embed(torch.tensor([[11]]), model.tgt_embed)
+    with pytest.raises(TypeError, match="start must be an int"):
+        model.embed(torch.ones(1, 3, dtype=torch.long), model.tgt_embed, start=0.5)
+    with pytest.raises(TypeError, match="embedding must be an nn.Embedding"):
+        model.embed(torch.ones(1, 3, dtype=torch.long), model.output)
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        parameter_breakdown(model.encoder)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, L, d_model\) with d_model=16"):
+        model.encoder.layers[0].feed_forward(torch.randn(2, 3, 8))
+    with pytest.raises(TypeError, match="cache must be an AttentionCache"):
+        model.decoder.layers[0].self_attn(torch.randn(1, 2, 16), torch.randn(1, 2, 16),
+                                          torch.randn(1, 2, 16), cache=object())

@@ -69,17 +69,22 @@ def compare_with_torch(ours, reference, query, key, value, mask=None, torch_kwar
 
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("num_heads", [1, 2, 4, 8])
-def test_self_attention_matches_torch(num_heads, bias):
+def test_self_attention_matches_torch(num_heads, bias, device):
     reference, ours = make_pair(32, num_heads, bias)
+    reference, ours = reference.to(device), ours.to(device)
     x, _ = inputs(3, 6, 6, 32)
+    x = x.to(device)
     weights = compare_with_torch(ours, reference, x, x, x)
-    assert weights.shape == (3, num_heads, 6, 6)
+    assert weights.shape == (3, num_heads, 6, 6) and weights.device == x.device
 
 
-def test_cross_attention_matches_torch_with_t_different_from_s():
+def test_cross_attention_matches_torch_with_t_different_from_s(device):
     reference, ours = make_pair(32, 4)
-    query, memory = inputs(2, 5, 9, 32)
-    weights = compare_with_torch(ours, reference, query, memory, memory)
+    reference, ours = reference.to(device), ours.to(device)
+    query, memory = (t.to(device) for t in inputs(2, 5, 9, 32))
+    mask = padding_mask(torch.tensor([9, 4]), 9).to(device)
+    weights = compare_with_torch(ours, reference, query, memory, memory, mask,
+                                 {"key_padding_mask": ~mask[:, 0, 0]})
     assert weights.shape == (2, 4, 5, 9)
 
 
@@ -199,8 +204,9 @@ def test_gqa_equals_mha_whose_kv_heads_are_copies(num_kv_heads):
     gqa = MultiHeadAttention(d_model, h, num_kv_heads=num_kv_heads).eval()
     mha = MultiHeadAttention(d_model, h).eval()
     with torch.no_grad():
-        for name in ("w_q", "w_o"):
-            getattr(mha, name).load_state_dict(getattr(gqa, name).state_dict())
+        for name in ("w_q", "w_o"):  # w_q is a view of the packed in_proj_weight: copy into it
+            getattr(mha, name).weight.copy_(getattr(gqa, name).weight)
+            getattr(mha, name).bias.copy_(getattr(gqa, name).bias)
         for name in ("w_k", "w_v"):
             w = getattr(gqa, name).weight.view(num_kv_heads, d_k, d_model)
             b = getattr(gqa, name).bias.view(num_kv_heads, d_k)
@@ -348,7 +354,7 @@ def test_bad_shapes_raise_value_error_naming_the_shapes():
     for need_weights in (True, False):
         with pytest.raises(ValueError, match=r"\(5, 4\)"):
             mha(x, x, x, torch.ones(5, 4, dtype=torch.bool), need_weights=need_weights)
-        with pytest.raises(ValueError, match="boolean"):
+        with pytest.raises(TypeError, match="boolean"):
             mha(x, x, x, torch.ones(5, 5), need_weights=need_weights)
     with pytest.raises(ValueError, match=r"\(2, 5, 10\).*3"):
         split_heads(torch.randn(2, 5, 10), 3)
@@ -417,7 +423,7 @@ def test_cost_functions_reject_bad_arguments():
         attention_parameter_count(10, 4)
     with pytest.raises(ValueError, match="d_model=10.*num_heads=4"):
         attention_flops(5, 5, 10, 4)
-    with pytest.raises(ValueError, match="T=-1"):
+    with pytest.raises(ValueError, match="T must be >= 0, got -1"):
         attention_flops(-1, 5, 8, 2)
     assert math.isclose(attention_flops(8, 8, 8, 2).total, attention_flops(8, 8, 8, 2).projections
                         + attention_flops(8, 8, 8, 2).attention)
@@ -509,7 +515,7 @@ def test_rotary_with_a_cache_equals_the_full_sequence(num_kv_heads):
     mha = rotary_pair(d_model=16, num_heads=4, num_kv_heads=num_kv_heads, seed=7)
     x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(2))
     full, _ = mha(x, x, x, causal_mask(7))
-    cache = AttentionCache(capacity=4)  # outgrown on purpose: the buffers double
+    cache = AttentionCache(max_len=4)  # outgrown on purpose: the buffers double
     steps = [mha(x[:, :3], x[:, :3], x[:, :3], causal_mask(3), cache=cache)[0]]  # a prefill of 3
     for t in range(3, 7):
         steps.append(mha(x[:, t : t + 1], x[:, t : t + 1], x[:, t : t + 1], cache=cache)[0])
@@ -522,9 +528,161 @@ def test_rotary_bad_arguments():
     x = torch.randn(1, 2, 8)
     with pytest.raises(ValueError, match="only applies with rotary=True"):
         MultiHeadAttention(8, 2)(x, x, x, start=3)
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="start must be >= 0"):
         MultiHeadAttention(8, 2, rotary=True)(x, x, x, start=-1)
     from minitransformer.kv_cache import AttentionCache
 
     with pytest.raises(ValueError, match="static"):
         MultiHeadAttention(8, 2, rotary=True)(x, x, x, cache=AttentionCache(static=True))
+
+
+# --------------------------------------------------------------------------------------
+# The packed projection [W^Q; W^K; W^V]
+# --------------------------------------------------------------------------------------
+
+
+def count_linear_calls(fn) -> int:
+    """How many matrix products (torch.nn.functional.linear calls) ``fn`` makes."""
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            Count.n += getattr(func, "__name__", "") == "linear"
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def test_one_matmul_projects_q_k_v_in_self_attention_and_k_v_in_cross_attention():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, memory = inputs(2, 3, 5, 16)
+    _, other = inputs(2, 3, 5, 16, seed=2)
+    with torch.no_grad():
+        assert count_linear_calls(lambda: mha(x, x, x)) == 2  # [W^Q; W^K; W^V], then W^O
+        assert count_linear_calls(lambda: mha(x, memory, memory)) == 3  # W^Q, [W^K; W^V], W^O
+        assert count_linear_calls(lambda: mha(x, memory, other)) == 4  # key is not value
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2, 1])
+def test_w_q_w_k_w_v_are_views_of_the_rows_of_in_proj_weight(num_kv_heads):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, num_kv_heads=num_kv_heads)
+    h_kv, d_k = mha.num_kv_heads, 4
+    assert mha.in_proj_weight.shape == ((4 + 2 * h_kv) * d_k, 16)
+    blocks = mha.in_proj_weight.split([4 * d_k, h_kv * d_k, h_kv * d_k])
+    biases = mha.in_proj_bias.split([4 * d_k, h_kv * d_k, h_kv * d_k])
+    for projection, weight, bias in zip((mha.w_q, mha.w_k, mha.w_v), blocks, biases):
+        assert torch.equal(projection.weight, weight) and torch.equal(projection.bias, bias)
+        x = torch.randn(2, 3, 16)
+        torch.testing.assert_close(projection(x), x @ weight.T + bias)
+    with torch.no_grad():  # a write into a view changes the module
+        mha.w_k.weight.zero_()
+    assert (mha.in_proj_weight[4 * d_k : (4 + h_kv) * d_k] == 0).all()
+    assert MultiHeadAttention(16, 4, bias=False).w_v.bias is None
+
+
+def test_initialisation_is_that_of_three_linear_layers():
+    """The packed matrix starts exactly as separate nn.Linear W^Q, W^K, W^V would (same RNG
+    stream), so seeded experiments are unchanged by the packing."""
+    torch.manual_seed(3)
+    mha = MultiHeadAttention(16, 2, num_kv_heads=1)
+    torch.manual_seed(3)
+    linears = [torch.nn.Linear(16, n) for n in (16, 8, 8, 16)]  # W^Q, W^K, W^V, W^O
+    for projection, linear in zip((mha.w_q, mha.w_k, mha.w_v, mha.w_o), linears):
+        assert torch.equal(projection.weight, linear.weight)
+        assert torch.equal(projection.bias, linear.bias)
+
+
+def test_from_torch_keeps_dtype_and_weights_exactly():
+    torch.manual_seed(0)
+    reference = torch.nn.MultiheadAttention(16, 4, batch_first=True).double()
+    ours = MultiHeadAttention.from_torch(reference)
+    assert ours.in_proj_weight.dtype == torch.float64
+    assert torch.equal(ours.in_proj_weight, reference.in_proj_weight)
+    assert torch.equal(ours.in_proj_bias, reference.in_proj_bias)
+    assert torch.equal(ours.w_o.weight, reference.out_proj.weight)
+
+
+def test_dropout_multiplies_weights_by_values_once():
+    """In training with dropout the explicit path makes the products of attention_flops, no
+    more (the weighted sum used to be computed twice)."""
+    mha = MultiHeadAttention(16, 4, dropout=0.5).train()
+    query, memory = inputs(3, 4, 5, 16)
+    with FlopCounterMode(display=False) as counter:
+        mha(query, memory, memory)
+    assert counter.get_total_flops() == 2 * 3 * attention_flops(4, 5, 16, 4).total
+
+
+# --------------------------------------------------------------------------------------
+# Bad and empty input
+# --------------------------------------------------------------------------------------
+
+
+def test_masks_of_undocumented_shapes_are_refused():
+    """A (B, 1, S) padding mask broadcasts over the heads axis when B == h: refused."""
+    mha = MultiHeadAttention(16, 2).eval()
+    query, memory = inputs(2, 3, 5, 16)
+    three_d = padding_mask(torch.tensor([5, 2]), 5)[:, 0]  # (B, 1, S) with B == h == 2
+    for need_weights in (True, False):
+        with pytest.raises(ValueError, match=r"mask must have shape .*\(2, 1, 5\)"):
+            mha(query, memory, memory, three_d, need_weights=need_weights)
+        with pytest.raises(ValueError, match=r"mask must have shape .*\(2, 3, 3, 5\)"):
+            mha(query, memory, memory, torch.ones(2, 3, 3, 5, dtype=torch.bool))  # 3 heads
+        with pytest.raises(ValueError, match=r"mask must have shape .*\(3, 4\)"):
+            mha(query, memory, memory, torch.ones(3, 4, dtype=torch.bool))  # S = 4
+    for good in (torch.ones(3, 5), torch.ones(1, 5), torch.ones(2, 1, 1, 5), torch.ones(1, 2, 3, 5)):
+        mha(query, memory, memory, good.bool())
+
+
+def test_wrong_dtypes_devices_and_arguments_raise_naming_them():
+    mha = MultiHeadAttention(16, 4, rotary=True)
+    x = torch.randn(2, 3, 16)
+    with pytest.raises(TypeError, match="query must be a floating-point tensor"):
+        mha(x.long(), x, x)
+    with pytest.raises(TypeError, match="key has dtype torch.float64, the module torch.float32"):
+        mha(x, x.double(), x.double())
+    with pytest.raises(TypeError, match="value must be a torch.Tensor"):
+        mha(x, x, x.tolist())
+    with pytest.raises(TypeError, match="start must be an int"):
+        mha(x, x, x, start=1.5)
+    with pytest.raises(ValueError, match="d_model must be positive"):
+        MultiHeadAttention(0, 1)
+    with pytest.raises(TypeError, match="num_heads must be an int"):
+        MultiHeadAttention(16, 2.0)
+    with pytest.raises(ValueError, match="dropout must be finite"):
+        MultiHeadAttention(16, 2, dropout=float("nan"))
+    with pytest.raises(TypeError, match="positional"):
+        MultiHeadAttention(16, 2, 0.1)  # options are keyword-only
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_empty_inputs(need_weights):
+    """B = 0 and T = 0 give empty outputs; S = 0 (nothing to attend to) gives the output bias,
+    as a fully masked row does."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2).eval()
+    with torch.no_grad():
+        out, _ = mha(torch.randn(2, 3, 8), torch.randn(2, 0, 8), torch.randn(2, 0, 8),
+                     need_weights=need_weights)
+        torch.testing.assert_close(out, mha.w_o.bias.expand(2, 3, 8))
+        x = torch.randn(0, 3, 8)
+        assert mha(x, x, x, need_weights=need_weights)[0].shape == (0, 3, 8)
+        out, _ = mha(torch.randn(2, 0, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8),
+                     need_weights=need_weights)
+        assert out.shape == (2, 0, 8)
+
+
+def test_split_and_merge_heads_check_their_arguments():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        split_heads([[1.0]], 2)
+    with pytest.raises(TypeError, match="num_heads must be an int"):
+        split_heads(torch.randn(1, 2, 4), 2.0)
+    with pytest.raises(ValueError, match="num_heads must be positive"):
+        split_heads(torch.randn(1, 2, 4), 0)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        merge_heads(None)

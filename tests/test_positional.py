@@ -202,7 +202,7 @@ def test_positional_encoding_dropout_only_in_training() -> None:
 
 @pytest.mark.parametrize("cls", [PositionalEncoding, LearnedPositionalEmbedding])
 def test_over_long_input_names_length_and_max_len(cls) -> None:
-    module = PositionalEncoding(16, 12) if cls is PositionalEncoding else LearnedPositionalEmbedding(12, 16)
+    module = cls(16, 12)  # the same (d_model, max_len) interface
     module(torch.zeros(1, 12, 16))  # exactly max_len is fine
     with pytest.raises(ValueError, match=r"T=13.*max_len=12"):
         module(torch.zeros(1, 13, 16))
@@ -299,3 +299,55 @@ def test_rope_bad_inputs() -> None:
         rotary_embedding(torch.zeros(2, 5, 8), torch.arange(4))
     with pytest.raises(ValueError, match=r"\(8,\)"):
         rotary_embedding(torch.zeros(8))
+
+
+# ---------------------------------------------------------------- argument checks and devices
+def test_numeric_parameters_must_be_finite_and_base_above_one() -> None:
+    for bad in (0, -2.0, 1.0, float("nan"), float("inf")):  # base=0 used to give NaN
+        with pytest.raises(ValueError, match="base"):
+            sinusoidal_encoding(4, 8, base=bad)
+        with pytest.raises(ValueError, match="base"):
+            rotary_embedding(torch.zeros(3, 4), base=bad)
+    with pytest.raises(ValueError, match="offset must be finite"):
+        shift_matrix(float("inf"), 8)
+    with pytest.raises(ValueError, match="dropout"):
+        PositionalEncoding(8, 10, dropout=1.5)
+    with pytest.raises(ValueError, match="max_len must be positive"):
+        LearnedPositionalEmbedding(8, 0)
+    with pytest.raises(TypeError, match="positional"):
+        PositionalEncoding(8, 10, 0.1)  # dropout is keyword-only on both modules
+
+
+def test_positions_and_start_must_be_integers_and_inputs_float() -> None:
+    x = torch.randn(1, 3, 8)
+    with pytest.raises(TypeError, match="positions must be an integer tensor"):
+        rotary_embedding(x, torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        rotary_embedding(x.long())
+    for module in (PositionalEncoding(8, 10), LearnedPositionalEmbedding(8, 10)):
+        with pytest.raises(TypeError, match="start must be an int"):
+            module(x, start=1.5)
+        with pytest.raises(ValueError, match="start must be >= 0"):
+            module(x, start=-1)
+        with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+            module(x.long())
+    assert rotary_embedding(torch.zeros(2, 0, 4)).shape == (2, 0, 4)  # no positions: empty
+
+
+def test_rope_angles_are_float64_for_float32_inputs() -> None:
+    """At position 100000 a float32 angle is off by ~0.004 rad; the rotation must be that of
+    float64 angles, rounded once to float32."""
+    x = torch.randn(1, 2, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    positions = torch.tensor([99_999, 100_000])
+    want = rotary_embedding(x, positions)  # float64 throughout
+    torch.testing.assert_close(rotary_embedding(x.float(), positions).double(), want, atol=1e-6, rtol=0)
+
+
+def test_rope_follows_the_input_device_and_dtype(device) -> None:
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(1))
+    got = rotary_embedding(x.to(device), torch.arange(7, 12, device=device))
+    assert got.device == x.to(device).device and got.dtype == x.dtype
+    torch.testing.assert_close(got.cpu(), rotary_embedding(x, torch.arange(7, 12)), atol=1e-6, rtol=0)
+    pe = sinusoidal_encoding(6, 8, device=device)
+    assert pe.device == got.device
+    torch.testing.assert_close(pe.cpu(), sinusoidal_encoding(6, 8))

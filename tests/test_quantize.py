@@ -123,7 +123,7 @@ def _model(seed=0, layers=2, heads=4, d_model=64):
 
 def test_int8_cache_returns_what_was_appended_within_half_a_step():
     gen = torch.Generator().manual_seed(0)
-    cache, reference = Int8AttentionCache(capacity=3), AttentionCache(capacity=3)
+    cache, reference = Int8AttentionCache(max_len=3), AttentionCache(max_len=3)
     for _ in range(5):  # outgrows the capacity: the int8 buffers and the scales double together
         k, v = torch.randn(2, 4, 1, 16, generator=gen), torch.randn(2, 4, 1, 16, generator=gen)
         got_k, got_v = cache.update(k, v)
