@@ -89,10 +89,10 @@ class EncoderLayer(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
-                 norm_first: bool = False) -> None:
+                 norm_first: bool = False, head_dim: int | None = None) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
@@ -155,11 +155,12 @@ class DecoderLayer(nn.Module):
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
-                 norm_first: bool = False, cross_attention: bool = True) -> None:
+                 norm_first: bool = False, cross_attention: bool = True,
+                 head_dim: int | None = None) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = (MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
+        self.cross_attn = (MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
                            if cross_attention else None)
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
@@ -260,10 +261,11 @@ class Encoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
                  dropout: float = 0.1, norm_first: bool = False,
-                 final_norm: bool | None = None) -> None:
+                 final_norm: bool | None = None, head_dim: int | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first)
+            EncoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
+                         head_dim=head_dim)
             for _ in range(positive_int("num_layers", num_layers))
         )
         final_norm = norm_first if final_norm is None else final_norm
@@ -293,11 +295,11 @@ class Decoder(nn.Module):
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
                  dropout: float = 0.1, norm_first: bool = False, final_norm: bool | None = None,
-                 cross_attention: bool = True) -> None:
+                 cross_attention: bool = True, head_dim: int | None = None) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
             DecoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
-                         cross_attention=cross_attention)
+                         cross_attention=cross_attention, head_dim=head_dim)
             for _ in range(positive_int("num_layers", num_layers))
         )
         final_norm = norm_first if final_norm is None else final_norm
@@ -338,6 +340,8 @@ class Transformer(nn.Module):
     (no bias) share one ``(V, d_model)`` matrix, and so does the source embedding if the
     vocabularies have the same size. Initialisation: Xavier-uniform for every weight matrix of
     the layers (each of W^Q, W^K, W^V on its own), ``N(0, 1/d_model)`` for the embeddings.
+    ``head_dim`` sets ``d_k = d_v`` apart from ``d_model / num_heads`` (the paper's Table 3,
+    rows (B)); by default ``d_k = d_model / h``.
     """
 
     def __init__(
@@ -353,6 +357,7 @@ class Transformer(nn.Module):
         tie_embeddings: bool = True,
         norm_first: bool = False,
         max_len: int = 5000,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
         self.src_vocab_size = positive_int("src_vocab_size", src_vocab_size)
@@ -361,7 +366,7 @@ class Transformer(nn.Module):
         self.num_heads = positive_int("num_heads", num_heads)
         self.max_len = positive_int("max_len", max_len)
         self.norm_first, self.tie_embeddings = norm_first, tie_embeddings
-        sizes = dict(dropout=dropout, norm_first=norm_first)
+        sizes = dict(dropout=dropout, norm_first=norm_first, head_dim=head_dim)
 
         self.src_embed = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)

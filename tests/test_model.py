@@ -530,3 +530,18 @@ def test_public_helpers_check_their_arguments() -> None:
     with pytest.raises(TypeError, match="cache must be an AttentionCache"):
         model.decoder.layers[0].self_attn(torch.randn(1, 2, 16), torch.randn(1, 2, 16),
                                           torch.randn(1, 2, 16), cache=object())
+
+
+def test_head_dim_decouples_d_k_from_d_model_over_h():
+    """Table 3 (B) of the paper varies d_k at fixed h and d_model: each attention then has
+    4 d_model h d_k weights plus 3 h d_k + d_model biases."""
+    from minitransformer.attention import attention_parameter_count
+
+    model = Transformer(11, 11, d_model=32, num_heads=4, num_layers=1, d_ff=64, head_dim=4)
+    attn = model.encoder.layers[0].self_attn
+    assert attn.d_k == 4 and attn.in_proj_weight.shape == (3 * 4 * 4, 32)
+    expected = attention_parameter_count(32, 4, head_dim=4)
+    assert sum(p.numel() for p in attn.parameters()) == expected == 4 * 32 * 16 + 3 * 16 + 32
+    assert model.decoder.layers[0].cross_attn.d_k == 4
+    src = torch.randint(3, 11, (2, 5))
+    assert model(src, src).shape == (2, 5, 11)
