@@ -6,6 +6,7 @@
 #   make test-portable  replay every notebook as another CPU computes: outputs must not change
 #   make check-html  check every page of the built book in Chromium, at 1280 and 390 px (builds it if missing)
 #   make check-lab   check every chapter in JupyterLab in Chromium, before and after Run All
+#   make lint        ruff on the code and the notebooks, mypy on the package
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
 #   make notebooks   re-execute the notebooks in place (one: NOTEBOOKS=book/NAME.ipynb)
@@ -23,7 +24,7 @@ PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install book test test-portable check-html check-lab lab serve notebooks bench lock clean distclean help
+.PHONY: install book test test-portable lint check-html check-lab lab serve notebooks bench lock clean distclean help
 
 install: $(STAMP)
 
@@ -69,6 +70,11 @@ test-portable: $(STAMP)
 
 # Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
 INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# Settings in pyproject.toml ([tool.ruff], [tool.mypy]).
+lint: $(STAMP)
+	$(BIN)/ruff check minitransformer tests benchmarks scripts book conftest.py
+	$(BIN)/mypy minitransformer
 
 check-html: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
