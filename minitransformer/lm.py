@@ -104,7 +104,7 @@ class DecoderOnlyTransformer(nn.Module):
         the logits of feeding it whole.
         """
         tensor("tokens", tokens, kind="int", ndim=2, what="(B, T)")
-        B, T = tokens.shape
+        T = tokens.shape[1]
         start = 0 if cache is None else cache.length  # positions already cached
         if T == 0 or start + T > self.max_len:
             raise ValueError(f"tokens {tuple(tokens.shape)} must hold 1 to max_len={self.max_len} "
@@ -114,9 +114,10 @@ class DecoderOnlyTransformer(nn.Module):
             if lo < 0 or hi >= self.vocab_size:
                 raise ValueError(f"tokens holds ids in [{lo}, {hi}], outside the vocabulary "
                                  f"[0, {self.vocab_size})")
-        # New position start + t may attend to positions 0 .. start + t; one new position
-        # may attend to everything, so it needs no mask.
-        mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]  # (T, start + T)
+        # New position start + t may attend to positions 0 .. start + t; a single new
+        # position may attend to everything, so it needs no mask.
+        mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]
+        # mask: (T, start + T), broadcast over B and h
         x = self.positional(self.embed(tokens) * math.sqrt(self.d_model), start)  # (B, T, d_model)
         x = self.decoder(x, None, tgt_mask=mask, cache=cache)  # (B, T, d_model)
         return self.output(x)  # (B, T, V)
@@ -137,7 +138,7 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> T
         raise ValueError(f"tokens must be (B, T + 1) with T + 1 >= 2, got {tuple(tokens.shape)}")
     logits = model(tokens[:, :-1])  # (B, T, V)
     targets = tokens[:, 1:]  # (B, T): shifted left by one
-    ignore = -100 if pad_id is None else pad_id  # -100: cross_entropy's "ignore nothing"
+    ignore = -100 if pad_id is None else pad_id  # no id is -100: nothing is ignored
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore)
 
 
@@ -238,7 +239,9 @@ def train_lm(
 # -- generation ---------------------------------------------------------------------------
 
 
-def next_token_probs(logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+def next_token_probs(
+    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None
+) -> Tensor:
     """The sampling distribution ``(B, V)`` for next-token logits ``(B, V)``.
 
     ``softmax(logits / temperature)`` restricted to the ``top_k`` largest logits (ties with

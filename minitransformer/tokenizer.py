@@ -15,8 +15,9 @@ Training (:meth:`BPETokenizer.train`) is a loop:
 Ties: of pairs that are equally frequent, the pair of the smallest ids ``(left, right)``
 (compared left id first) is merged first, so the result never depends on dictionary order.
 Step 2 is not redone from scratch: after a merge only the chunks that contained the pair are
-recounted, and a heap finds the most frequent pair (this takes training on the 465,000
-characters of ``pydoc_data.topics`` from minutes to seconds).
+recounted, and a heap finds the most frequent pair. On the 416,000 training characters of
+``pydoc_data.topics`` that is about 30 times faster at 1024 tokens than recounting every pair
+after every merge, and 100 times at 4096 (a fraction of a second instead of 10 to 40 s).
 
 Encoding a chunk replays the merges in the order they were learned: repeatedly merge the
 adjacent pair that was learned earliest (the leftmost one if it occurs twice), until no
