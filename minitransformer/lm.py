@@ -210,6 +210,7 @@ def train_lm(
     batch_size = positive_int("batch_size", batch_size)
     warmup_steps = positive_int("warmup_steps", warmup_steps)
     lr = finite_float("lr", lr, low=0.0, low_open=True)
+    clip_grad_norm = finite_float("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True)
     _check_stream("tokens", tokens, seq_len + 1)
     windows = tokens.unfold(0, seq_len + 1, 1)  # (N - seq_len, seq_len + 1), a view
 

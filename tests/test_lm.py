@@ -362,6 +362,8 @@ def test_bad_training_and_baseline_arguments():
         train_lm(model, stream, steps=0, seq_len=4, batch_size=2)
     with pytest.raises(ValueError, match="lr must be > 0"):
         train_lm(model, stream, steps=1, seq_len=4, batch_size=2, lr=0.0)
+    with pytest.raises(ValueError, match="clip_grad_norm must be finite"):
+        train_lm(model, stream, steps=1, seq_len=4, batch_size=2, clip_grad_norm=float("inf"))
     with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 5\)"):
         bigram_log_probs(stream, 5)
     with pytest.raises(ValueError, match="alpha must be > 0"):
