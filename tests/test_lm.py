@@ -1,0 +1,372 @@
+"""The decoder-only language model (minitransformer.lm) against torch.nn.TransformerEncoder with
+a causal mask; its loss, cached and uncached generation, sampling, the bigram baseline."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+from torch import nn
+
+from minitransformer.kv_cache import KVCache
+from minitransformer.lm import (
+    DecoderOnlyTransformer,
+    bigram_log_probs,
+    bigram_loss,
+    encode_corpus,
+    evaluate_lm,
+    generate,
+    lm_loss,
+    next_token_probs,
+    pydoc_split,
+    train_lm,
+)
+from minitransformer.model import EncoderLayer
+from minitransformer.tokenizer import BPETokenizer
+
+V, D, H, N_LAYERS, D_FF, MAX_LEN = 50, 16, 2, 2, 32, 40
+
+
+def small_model(seed: int = 0, **kwargs) -> DecoderOnlyTransformer:
+    torch.manual_seed(seed)
+    options = dict(d_model=D, num_heads=H, num_layers=N_LAYERS, d_ff=D_FF, max_len=MAX_LEN,
+                   dropout=0.0)
+    return DecoderOnlyTransformer(V, **{**options, **kwargs}).eval()
+
+
+def random_tokens(B: int, T: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# -- the model against torch's layers -------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_logits_match_a_torch_encoder_stack_with_a_causal_mask(norm_first):
+    """A decoder layer without cross-attention is an encoder layer with a causal mask, so our
+    model must equal: embedding * sqrt(d) + sinusoids -> nn.TransformerEncoder -> E^T."""
+    torch.manual_seed(1)
+    reference = nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(D, H, D_FF, dropout=0.0, batch_first=True,
+                                   norm_first=norm_first),
+        N_LAYERS, norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False).eval()
+    model = small_model(norm_first=norm_first)
+    for ours, theirs in zip(model.decoder.layers, reference.layers):
+        copy = EncoderLayer.from_torch(theirs)  # the package's own torch import, tested there
+        ours.self_attn.load_state_dict(copy.self_attn.state_dict())
+        ours.feed_forward.load_state_dict(copy.feed_forward.state_dict())
+        ours.norm1.load_state_dict(copy.norm1.state_dict())
+        ours.norm3.load_state_dict(copy.norm2.state_dict())  # no cross-attention: no norm2
+    if norm_first:
+        model.decoder.norm.load_state_dict(reference.norm.state_dict())
+
+    tokens = random_tokens(3, 11)
+    T = tokens.shape[1]
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    pe = torch.stack([torch.sin(pos * freq), torch.cos(pos * freq)], dim=-1).reshape(T, D)
+    x = model.embed.weight[tokens] * math.sqrt(D) + pe.float()
+    blocked = torch.ones(T, T, dtype=torch.bool).triu(1)  # torch: True = may NOT attend
+    with torch.no_grad():
+        expected = reference(x, mask=blocked) @ model.embed.weight.T  # tied output
+        assert torch.allclose(model(tokens), expected, atol=1e-5)
+
+
+def test_tied_and_untied_embeddings():
+    tied, untied = small_model(), small_model(tie_embeddings=False)
+    assert tied.output.weight is tied.embed.weight
+    assert untied.output.weight is not untied.embed.weight
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(untied) - count(tied) == V * D
+    decoder = sum(p.numel() for p in tied.decoder.parameters())
+    assert count(tied) == V * D + decoder  # sinusoids are a buffer, not parameters
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 11), st.integers(0, 10**6))
+def test_the_future_does_not_change_the_past(T, t, seed):
+    t = min(t, T - 1)
+    model = small_model()
+    tokens = random_tokens(2, T, seed)
+    changed = tokens.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % V
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    assert torch.allclose(a[:, :t], b[:, :t], atol=1e-6)
+
+
+def test_feeding_in_pieces_with_a_cache_gives_the_whole_logits():
+    model = small_model()
+    tokens = random_tokens(2, 13)
+    cache = KVCache.for_model(model, 13)
+    with torch.no_grad():
+        pieces = [model(tokens[:, a:b], cache=cache) for a, b in [(0, 5), (5, 6), (6, 13)]]
+        assert torch.allclose(torch.cat(pieces, dim=1), model(tokens), atol=1e-5)
+    assert cache.length == 13
+
+
+# -- the loss -------------------------------------------------------------------------------
+
+
+def test_lm_loss_is_the_shifted_cross_entropy():
+    model = small_model()
+    tokens = random_tokens(4, 9)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])  # (4, 8, V)
+        manual = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
+        assert torch.allclose(lm_loss(model, tokens), manual)
+        padded = tokens.clone()
+        padded[:, 6:] = 0
+        kept = F.cross_entropy(model(padded[:, :-1])[:, :5].reshape(-1, V),
+                               padded[:, 1:6].reshape(-1))
+        assert torch.allclose(lm_loss(model, padded, pad_id=0), kept)
+
+
+@pytest.mark.parametrize("seq_len", [1, 4, 7, 30])
+def test_evaluate_lm_predicts_every_token_but_the_first_once(seq_len):
+    model = small_model()
+    stream = random_tokens(1, 23)[0]
+    expected, count = 0.0, 0
+    with torch.no_grad():
+        for s in range(0, 22, seq_len):  # windows of seq_len + 1 tokens overlapping by one
+            window = stream[s : s + seq_len + 1]
+            nll = F.cross_entropy(model(window[None, :-1])[0], window[1:], reduction="sum")
+            expected += float(nll)
+            count += len(window) - 1
+    assert count == 22
+    assert evaluate_lm(model, stream, seq_len=seq_len, batch_size=2) == pytest.approx(
+        expected / count, rel=1e-5)
+
+
+# -- training -------------------------------------------------------------------------------
+
+
+def test_train_lm_learns_a_periodic_stream_reproducibly():
+    stream = torch.arange(600) % 7  # period 7: every token determines the next
+
+    def run(steps):
+        model = small_model(seed=3, dropout=0.1)
+        torch.manual_seed(3)  # dropout
+        losses = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
+                          warmup_steps=5, generator=torch.Generator().manual_seed(0))
+        return model, losses
+
+    assert run(8)[1] == run(8)[1]  # same seeds, same losses
+    model, losses = run(60)
+    assert len(losses) == 60 and losses[0] > 3.0 and losses[-1] < 0.5
+    assert model.training
+    assert evaluate_lm(model, stream[:100], seq_len=12) < 0.5
+
+
+# -- sampling -------------------------------------------------------------------------------
+
+
+def test_next_token_probs_temperature_and_top_k():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 3.0, 1.0]])
+    assert torch.allclose(next_token_probs(logits), torch.softmax(logits, -1))
+    assert torch.allclose(next_token_probs(logits, temperature=0.5), torch.softmax(2 * logits, -1))
+    top2 = next_token_probs(logits, top_k=2)
+    assert torch.allclose(top2[0], torch.softmax(torch.tensor([2.0, 1.0, -1e9, -1e9]), -1))
+    assert torch.allclose(top2[1], torch.tensor([0.0, 0.5, 0.5, 0.0]))
+    assert torch.equal(next_token_probs(logits, top_k=1)[0], torch.tensor([1.0, 0, 0, 0]))
+    assert torch.allclose(next_token_probs(logits, top_k=10), torch.softmax(logits, -1))
+    cold = next_token_probs(logits, temperature=0.01)
+    assert cold[0, 0] > 0.999  # temperature -> 0: the argmax
+
+
+@pytest.mark.parametrize("options", [
+    dict(temperature=0.0),
+    dict(temperature=1.0),
+    dict(temperature=0.7, top_k=5),
+    dict(temperature=1.5, top_k=20, eos_id=3),
+])
+def test_cached_and_uncached_generation_give_identical_tokens(options):
+    model = small_model()
+    prompt = random_tokens(3, 4)
+    outputs = [generate(model, prompt, 30, use_cache=use_cache,
+                        generator=torch.Generator().manual_seed(7), **options)
+               for use_cache in (True, False)]
+    assert torch.equal(outputs[0], outputs[1])
+    assert torch.equal(outputs[0][:, :4], prompt)
+    assert outputs[0].dtype == torch.long and not outputs[0].is_inference()
+
+
+def test_greedy_is_the_argmax_of_the_logits():
+    model = small_model()
+    prompt = random_tokens(2, 3)
+    out = generate(model, prompt, 6, temperature=0.0)
+    with torch.no_grad():
+        for t in range(3, 9):
+            assert torch.equal(out[:, t], model(out[:, :t])[:, -1].argmax(-1))
+    top1 = generate(model, prompt, 6, temperature=1.3, top_k=1,
+                    generator=torch.Generator().manual_seed(0))
+    assert torch.equal(top1, out)  # top-1 sampling is greedy
+
+
+def test_sampling_is_seeded():
+    model = small_model()
+    prompt = random_tokens(2, 2)
+
+    def sample(seed):
+        return generate(model, prompt, 25, generator=torch.Generator().manual_seed(seed))
+
+    assert torch.equal(sample(1), sample(1))
+    assert not torch.equal(sample(1), sample(2))
+
+
+def test_rows_that_end_are_padded_and_generation_stops():
+    model = small_model()
+    prompt = random_tokens(4, 2)
+    greedy = generate(model, prompt, 20, temperature=0.0)
+    eos = int(greedy[0, 2])  # the first token row 0 produces: make it the end
+    out = generate(model, prompt, 20, temperature=0.0, eos_id=eos, pad_id=0)
+    assert out[0, 2] == eos and (out[0, 3:] == 0).all()
+    for row in out.tolist():
+        if eos in row[2:]:
+            end = row.index(eos, 2)
+            assert all(t == 0 for t in row[end + 1 :])
+    assert out.shape[1] <= greedy.shape[1]
+
+
+def test_kv_cache_bytes_after_generation_follow_the_formula():
+    model = small_model()
+    cache = KVCache.for_model(model, 30)
+    out = generate(model, random_tokens(2, 5), 25, cache=cache, temperature=0.0)
+    assert out.shape == (2, 30)
+    assert cache.length == 29  # the last token is never fed back
+    head_dim = D // H
+    per_token = 2 * N_LAYERS * H * head_dim * 4  # K and V, layers, heads, head_dim, fp32
+    assert cache.nbytes == 2 * 30 * per_token  # batch 2, 30 positions allocated
+    assert cache.cross_attn_nbytes == 0
+
+
+def test_generation_on_the_test_device(device):
+    model = small_model().to(device)
+    prompt = random_tokens(2, 3).to(device)
+    outputs = [generate(model, prompt, 8, use_cache=use_cache,
+                        generator=torch.Generator(device).manual_seed(0))
+               for use_cache in (True, False)]
+    assert outputs[0].device.type == device.type
+    assert torch.equal(outputs[0], outputs[1])
+
+
+# -- the bigram baseline --------------------------------------------------------------------
+
+
+def test_bigram_counts_and_smoothing():
+    stream = torch.tensor([0, 1, 1, 2, 0, 1, 2, 2, 0])
+    table = bigram_log_probs(stream, 3, alpha=0.5)
+    pairs = Counter(zip(stream.tolist(), stream[1:].tolist()))
+    for a in range(3):
+        row = sum(n for (x, _), n in pairs.items() if x == a)
+        for b in range(3):
+            assert math.exp(table[a, b]) == pytest.approx((pairs[(a, b)] + 0.5) / (row + 1.5))
+    assert torch.allclose(table.exp().sum(1), torch.ones(3, dtype=torch.float64))
+    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist())) / 8
+    assert bigram_loss(table, stream) == pytest.approx(float(expected))
+
+
+def test_bigram_beats_uniform_on_its_training_text_and_unseen_rows_are_uniform():
+    stream = torch.arange(300) % 5
+    table = bigram_log_probs(stream, 8, alpha=1.0)
+    assert bigram_loss(table, stream) < math.log(8) / 4
+    assert torch.allclose(table[6], torch.full((8,), -math.log(8), dtype=torch.float64))
+
+
+# -- the corpus -----------------------------------------------------------------------------
+
+
+def test_pydoc_split_is_fixed_and_disjoint():
+    from pydoc_data.topics import topics
+
+    train, held_out = pydoc_split()
+    assert len(held_out) == 10 and len(train) + len(held_out) == len(topics)
+    assert not set(train) & set(held_out)
+    assert held_out[0] == topics[sorted(topics)[2]]
+    share = sum(map(len, held_out)) / sum(map(len, topics.values()))
+    assert 0.05 < share < 0.15
+
+
+def test_encode_corpus_ends_every_document():
+    tok = BPETokenizer()
+    ids = encode_corpus(tok, ["ab", "", "c"])
+    eos = tok.eos_id
+    assert ids.tolist() == tok.encode("ab") + [eos, eos] + tok.encode("c") + [eos]
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(vocab_size=0), ValueError, "vocab_size must be positive"),
+    (dict(d_model=0), ValueError, "d_model must be positive"),
+    (dict(num_layers=2.5), TypeError, "num_layers must be an int"),
+    (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
+    (dict(max_len=-1), ValueError, "max_len must be positive"),
+    (dict(d_model=15), ValueError, "d_model"),
+])
+def test_bad_model_arguments(kwargs, error, match):
+    options = dict(vocab_size=V, d_model=D, num_heads=H, num_layers=1, d_ff=D_FF, max_len=8)
+    options.update(kwargs)
+    with pytest.raises(error, match=match):
+        DecoderOnlyTransformer(options.pop("vocab_size"), **options)
+
+
+def test_bad_tokens():
+    model = small_model()
+    with pytest.raises(TypeError, match="tokens must be an integer tensor, got dtype torch.float"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"tokens must have 2 dimensions \(B, T\), got \S+ \(3,\)"):
+        model(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"ids in \[0, 50\], outside the vocabulary \[0, 50\)"):
+        model(torch.tensor([[0, 50]]))
+    with pytest.raises(ValueError, match="max_len=40"):
+        model(torch.zeros(1, 41, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"T \+ 1 >= 2"):
+        lm_loss(model, torch.zeros(2, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="tokens must hold at least 2 tokens"):
+        evaluate_lm(model, torch.zeros(1, dtype=torch.long), seq_len=4)
+
+
+def test_bad_generation_arguments():
+    model = small_model()
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        generate(model, prompt, 5, temperature=-1.0)
+    with pytest.raises(ValueError, match="top_k must be positive"):
+        generate(model, prompt, 5, top_k=0)
+    with pytest.raises(ValueError, match="max_len=40"):
+        generate(model, prompt, 38)
+    with pytest.raises(ValueError, match="max_new_tokens must be positive"):
+        generate(model, prompt, 0)
+    with pytest.raises(TypeError, match="prompt must be an integer tensor"):
+        generate(model, prompt.float(), 5)
+    cache = KVCache.for_model(model, 10)
+    generate(model, prompt, 2, cache=cache)
+    with pytest.raises(ValueError, match="cache must be an empty KVCache"):
+        generate(model, prompt, 2, cache=cache)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        next_token_probs(torch.zeros(1, 4), temperature=0.0)
+
+
+def test_bad_training_and_baseline_arguments():
+    model = small_model()
+    stream = torch.arange(20) % V
+    with pytest.raises(ValueError, match="tokens must hold at least 17 tokens"):
+        train_lm(model, stream[:10], steps=1, seq_len=16, batch_size=2)
+    with pytest.raises(ValueError, match="steps must be positive"):
+        train_lm(model, stream, steps=0, seq_len=4, batch_size=2)
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        train_lm(model, stream, steps=1, seq_len=4, batch_size=2, lr=0.0)
+    with pytest.raises(ValueError, match="clip_grad_norm must be finite"):
+        train_lm(model, stream, steps=1, seq_len=4, batch_size=2, clip_grad_norm=float("inf"))
+    with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 5\)"):
+        bigram_log_probs(stream, 5)
+    with pytest.raises(ValueError, match="alpha must be > 0"):
+        bigram_log_probs(stream, V, alpha=0.0)
+    with pytest.raises(TypeError, match="log_probs must be a floating-point tensor"):
+        bigram_loss(torch.zeros(V, V, dtype=torch.long), stream)
