@@ -81,7 +81,7 @@ class DecoderOnlyTransformer(nn.Module):
         self.max_len = positive_int("max_len", max_len)
         self.tie_embeddings = bool(tie_embeddings)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, probability("dropout", dropout))
+        self.positional = PositionalEncoding(d_model, max_len, dropout=probability("dropout", dropout))
         self.decoder = Decoder(
             num_layers=positive_int("num_layers", num_layers), d_model=d_model,
             num_heads=num_heads, d_ff=positive_int("d_ff", d_ff), dropout=dropout,
