@@ -260,7 +260,9 @@ def beam_search_with_scores(
             if not bool(live.any()):
                 break
             if cache is not None:  # each slot keeps the keys/values of its parent
-                cache.reorder((first_row + parent).view(-1))
+                # Each survivor extends a beam of its own example, whose cross-attention
+                # keys and values are those of the same source: only the self-attention moves.
+                cache.reorder((first_row + parent).view(-1), cross_attention=False)
         else:  # max_len reached: the live hypotheses end here without EOS
             score = (logp.double() / length_penalty_factor(max_len - 1, alpha)).masked_fill(
                 slot >= n_live[:, None], float("-inf"))

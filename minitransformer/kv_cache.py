@@ -167,7 +167,11 @@ class AttentionCache:
             raise ValueError(f"index {index.tolist()} must lie in [0, B={B})")
         index = index.to(self.keys.device)
         for name in self._BUFFERS:
-            setattr(self, name, getattr(self, name).index_select(0, index))
+            buffer = getattr(self, name)  # (B, h_kv, max_len, d)
+            if len(index) == B:  # same batch size: copy only the filled positions, in place
+                buffer[:, :, : self.length] = buffer[index, :, : self.length]
+            else:
+                setattr(self, name, buffer.index_select(0, index))
         if self.source is not None:
             self.source = self.source.index_select(0, index)
         self._like = (len(index),) + self._like[1:]
@@ -246,11 +250,17 @@ class KVCache:
         """Target positions cached so far (the position of the next token)."""
         return self.layers[0].self_attn.length
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` in every layer (beam search reorders hypotheses)."""
+    def reorder(self, index: Tensor, *, cross_attention: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer (beam search reorders hypotheses).
+
+        ``cross_attention=False`` leaves the cross-attention caches as they are. That is right,
+        and saves copying them, when every row of ``index`` comes from a row of the same
+        source, whose keys and values are the same: beam search's ``(B, k)`` layout, where a
+        hypothesis always extends one of its own example's beams.
+        """
         for layer in self.layers:
             layer.self_attn.reorder(index)
-            if layer.cross_attn is not None:
+            if cross_attention and layer.cross_attn is not None:
                 layer.cross_attn.reorder(index)
 
     @property

@@ -170,6 +170,25 @@ def test_reorder_follows_beam_indices():
     assert cache.layers[0].cross_attn.get()[0][:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0, 1.0]
 
 
+def test_reorder_at_a_fixed_batch_copies_in_place_and_can_leave_cross_attention():
+    """Beam search's fixed (B, k) layout: same batch size, so the filled positions are copied in
+    place (the buffers stay, with their free capacity); its cross-attention rows are equal within
+    an example, so they need not move."""
+    cache = KVCache(num_layers=1, max_len=8)
+    rows = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 2, 3, 4)  # row b is filled with b
+    cache.layers[0].self_attn.update(rows, rows + 10)
+    cache.layers[0].cross_attn.update(rows, rows)
+    buffer = cache.layers[0].self_attn.keys
+    cache.reorder(torch.tensor([1, 1, 3, 2]), cross_attention=False)
+    k, v = cache.layers[0].self_attn.get()
+    assert cache.layers[0].self_attn.keys is buffer and buffer.shape[2] == 8  # in place
+    assert k[:, 0, :, 0].tolist() == [[1.0] * 3, [1.0] * 3, [3.0] * 3, [2.0] * 3]
+    assert v[:, 1, 2, 3].tolist() == [11.0, 11.0, 13.0, 12.0]
+    assert cache.layers[0].cross_attn.get()[0][:, 0, 0, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    cache.layers[0].self_attn.update(rows[:, :, :1], rows[:, :, :1])  # appending still works
+    assert cache.layers[0].self_attn.get()[0][:, 0, 3, 0].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
 def test_cache_shape_errors():
     cache = AttentionCache(max_len=4)
     cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
