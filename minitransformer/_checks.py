@@ -29,6 +29,7 @@ __all__ = [
     "finite_float",
     "probability",
     "tensor",
+    "module",
 ]
 
 
@@ -42,7 +43,7 @@ def as_int(name: str, value: object) -> int:
     if isinstance(value, bool) or (isinstance(value, Tensor) and value.dtype == torch.bool):
         raise TypeError(f"{name} must be an int, got bool {value!r}")
     try:
-        return operator.index(value)
+        return operator.index(value)  # type: ignore[arg-type]  # TypeError is handled
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
 
@@ -78,8 +79,12 @@ def finite_float(
     if below or above:
         lo = "" if low is None else ("(" if low_open else "[") + f"{low:g}"
         hi = "" if high is None else f"{high:g}" + (")" if high_open else "]")
-        where = f"in {lo}, {hi}" if low is not None and high is not None else (
-            f"{'>' if low_open else '>='} {low:g}" if low is not None else f"{'<' if high_open else '<='} {high:g}")
+        if low is not None and high is not None:
+            where = f"in {lo}, {hi}"
+        elif low is not None:
+            where = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            where = f"{'<' if high_open else '<='} {high:g}"
         raise ValueError(f"{name} must be {where}, got {x:g}")
     return x
 
@@ -91,7 +96,7 @@ def probability(name: str, value: object) -> float:
 
 _KINDS = {
     "float": (lambda d: d.is_floating_point, "a floating-point"),
-    "int": (lambda d: not d.is_floating_point and not d.is_complex and d != torch.bool, "an integer"),
+    "int": (lambda d: not (d.is_floating_point or d.is_complex or d == torch.bool), "an integer"),
     "bool": (lambda d: d == torch.bool, "a boolean"),
 }
 
@@ -102,13 +107,22 @@ def tensor(name: str, x: object, *, kind: str | None = None, ndim: int | None = 
     number of dimensions. ``what`` describes the expected shape in the message, e.g. "(B, S)".
     Returns ``x``."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor{f' {what}' if what else ''}, got {type(x).__name__}")
+        shape = f" {what}" if what else ""
+        raise TypeError(f"{name} must be a torch.Tensor{shape}, got {type(x).__name__}")
     if kind is not None:
         ok, article = _KINDS[kind]
         if not ok(x.dtype):
             raise TypeError(f"{name} must be {article} tensor, got dtype {x.dtype}")
     if ndim is not None and x.dim() != ndim:
         raise ValueError(
-            f"{name} must have {ndim} dimensions{f' {what}' if what else ''}, got shape {tuple(x.shape)}"
+            f"{name} must have {ndim} dimensions{f' {what}' if what else ''}, "
+            f"got shape {tuple(x.shape)}"
         )
     return x
+
+
+def module(name: str, obj: object) -> torch.nn.Module:
+    """Check that ``obj`` is a ``torch.nn.Module`` (a model, a layer); returns it."""
+    if not isinstance(obj, torch.nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {type(obj).__name__}")
+    return obj

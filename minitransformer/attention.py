@@ -107,7 +107,8 @@ def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
     dot-product attention", masks); ``padding_mask(lengths, T) & causal_mask(T)`` is the
     ``(B, 1, T, T)`` decoder mask.
     """
-    lengths = torch.as_tensor(lengths)
+    if isinstance(lengths, (list, tuple)):
+        lengths = torch.tensor(lengths) if lengths else torch.zeros(0, dtype=torch.long)
     tensor("lengths", lengths, kind="int", ndim=1, what="(B,)")
     max_len = positive_int("max_len", max_len, allow_zero=True)
     if lengths.numel() and (int(lengths.max()) > max_len or int(lengths.min()) < 0):
@@ -125,7 +126,7 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     tensor("x", x)
     num_heads = positive_int("num_heads", num_heads)
     if x.dim() != 3:
-        raise ValueError(f"split_heads expects (B, T, h * d_k), got shape {tuple(x.shape)}")
+        raise ValueError(f"split_heads expects x of shape (B, T, h * d_k), got shape {tuple(x.shape)}")
     B, T, D = x.shape
     if D % num_heads != 0:
         raise ValueError(
@@ -139,7 +140,7 @@ def merge_heads(x: Tensor) -> Tensor:
     """``(B, h, T, d_v) -> (B, T, h * d_v)``: Concat(head_1, ..., head_h), the inverse of
     :func:`split_heads`."""
     if tensor("x", x).dim() != 4:
-        raise ValueError(f"merge_heads expects (B, h, T, d_v), got shape {tuple(x.shape)}")
+        raise ValueError(f"merge_heads expects x of shape (B, h, T, d_v), got shape {tuple(x.shape)}")
     B, h, T, d_v = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T, h, d_v) -> (B, T, h * d_v)
 

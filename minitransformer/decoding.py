@@ -78,9 +78,18 @@ def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor |
     return src_mask
 
 
+def _check_model(model: object) -> None:
+    """Decoders take a :class:`~minitransformer.model.Transformer`, or anything with the same
+    ``encode`` and ``decode``."""
+    if not (callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None))):
+        raise TypeError(f"model must have encode() and decode() (a Transformer), got "
+                        f"{type(model).__name__}")
+
+
 def _check_decode_args(model: nn.Module, src: Tensor, src_mask: Tensor | None, bos_id: object,
                        eos_id: object, pad_id: object, cache_cls: object) -> Tensor | None:
     """The checks both decoders share; returns the ``src_mask`` to use (see _check_source)."""
+    _check_model(model)
     _check_ids(model, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     if cache_cls is not None and not (isinstance(cache_cls, type)
                                       and issubclass(cache_cls, AttentionCache)):
@@ -288,6 +297,7 @@ def sequence_score(
     and including the first ``eos_id`` (to its end if it has none). Compares greedy and beam
     outputs (chapter "Training a Transformer", section "Decoding the trained model").
     """
+    _check_model(model)
     tensor("seqs", seqs, kind="int", ndim=2, what="(B, L) of token ids")
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
     _check_ids(model, eos_id=eos_id, pad_id=pad_id)

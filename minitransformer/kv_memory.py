@@ -18,6 +18,8 @@ Plain Python: this module imports no torch, so the command line
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -361,6 +363,10 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
 
 def format_bytes(n: float) -> str:
     """``1536 -> '1.50 KiB'``: binary units (KiB = 1024 bytes), three significant figures."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+        raise TypeError(f"n must be a number of bytes, got {type(n).__name__} {n!r}")
+    if not math.isfinite(n):
+        raise ValueError(f"n must be a finite number of bytes, got {n}")
     units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
     value, unit = float(n), 0
     while abs(value) >= 1024 and unit < len(units) - 1:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitransformer._checks import finite_float, positive_int, probability, tensor
+from minitransformer._checks import finite_float, module, positive_int, probability, tensor
 from minitransformer.attention import causal_mask
 from minitransformer.data import PAD_ID
 from minitransformer.kv_cache import KVCache
@@ -133,6 +133,7 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> T
     Returns the mean cross-entropy in nats (a 0-d tensor, differentiable), over the targets
     that are not ``pad_id`` (None: all of them). Section "The language-modelling loss".
     """
+    module("model", model)
     tensor("tokens", tokens, kind="int", ndim=2, what="(B, T + 1)")
     if tokens.shape[1] < 2:
         raise ValueError(f"tokens must be (B, T + 1) with T + 1 >= 2, got {tuple(tokens.shape)}")
@@ -159,6 +160,7 @@ def evaluate_lm(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: i
     Runs in eval mode (no dropout) and leaves the model's mode as it was. ``exp`` of the
     result is the perplexity.
     """
+    module("model", model)
     seq_len = positive_int("seq_len", seq_len)
     batch_size = positive_int("batch_size", batch_size)
     _check_stream("tokens", tokens, 2)
@@ -205,6 +207,7 @@ def train_lm(
     generator: seed it (``torch.manual_seed``) for a reproducible run. Leaves the model in
     train mode.
     """
+    module("model", model)
     steps = positive_int("steps", steps)
     seq_len = positive_int("seq_len", seq_len)
     batch_size = positive_int("batch_size", batch_size)
@@ -284,6 +287,7 @@ def generate(
     step. Both give the same tokens. Does not change the model's mode: call ``model.eval()``
     first. Section "Sampling".
     """
+    module("model", model)
     tensor("prompt", prompt, kind="int", ndim=2, what="(B, T0)")
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
     temperature = finite_float("temperature", temperature, low=0.0)
@@ -348,7 +352,12 @@ def bigram_loss(log_probs: Tensor, tokens: Tensor) -> float:
     """The mean cross-entropy (nats per token) of a bigram model ``(V, V)`` on ``tokens``
     ``(N,)``: ``-mean log P(tokens[i + 1] | tokens[i])``, the targets of :func:`evaluate_lm`."""
     tensor("log_probs", log_probs, kind="float", ndim=2, what="(V, V)")
+    if log_probs.shape[0] != log_probs.shape[1]:
+        raise ValueError(f"log_probs must be a square (V, V) table, got {tuple(log_probs.shape)}")
     _check_stream("tokens", tokens, 2)
+    if int(tokens.max()) >= log_probs.shape[0]:
+        raise ValueError(f"tokens hold ids up to {int(tokens.max())}, outside the table's "
+                         f"vocabulary of {log_probs.shape[0]} (log_probs)")
     return float(-log_probs[tokens[:-1], tokens[1:]].mean())
 
 
@@ -373,6 +382,9 @@ def pydoc_split() -> tuple[list[str], list[str]]:
 def encode_corpus(tokenizer, texts: Iterable[str]) -> Tensor:
     """One ``(N,)`` long tensor of token ids: each document's ids followed by the tokenizer's
     ``eos_id`` (``<|endoftext|>``), as GPT-2's training data separates documents."""
+    if not (callable(getattr(tokenizer, "encode", None)) and hasattr(tokenizer, "eos_id")):
+        raise TypeError(f"tokenizer must have encode() and eos_id (a BPETokenizer), got "
+                        f"{type(tokenizer).__name__}")
     ids: list[int] = []
     for text in texts:
         ids += tokenizer.encode(text)

@@ -219,7 +219,7 @@ def attention_heatmaps(
         w = w[None]
     if w.ndim != 3 or w.size == 0:
         raise ValueError(
-            f"attention_heatmaps needs non-empty (h, T, S) or (T, S), got shape {w.shape}")
+            f"attention_heatmaps needs non-empty weights of shape (h, T, S) or (T, S), got shape {w.shape}")
     h = w.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")

@@ -219,11 +219,11 @@ def rotary_embedding(x: Tensor, positions: Tensor | None = None, base: float = 1
     if x.dim() < 2:
         raise ValueError(f"rotary_embedding expects x of shape (..., T, d), got {tuple(x.shape)}")
     T, d = x.shape[-2], x.shape[-1]
-    _check_even(d, "the feature size d")
+    _check_even(d, "the last dimension of x, d")
     work = _work_device(x.device)
     if positions is None:
         positions = torch.arange(T, device=work)
-    positions = tensor("positions", torch.as_tensor(positions), kind="int")
+    positions = tensor("positions", positions, kind="int", what="(T,)")
     if positions.shape != (T,):
         raise ValueError(
             f"positions must have shape (T,) = ({T},) to match x of shape {tuple(x.shape)}, "

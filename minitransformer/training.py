@@ -287,6 +287,7 @@ def seq2seq_loss(
     ``loss_fn(model(src, tgt_in, src_mask=src != pad_id), tgt_out)``; ``loss_fn`` defaults to
     ``LabelSmoothingLoss(0.1, ignore_index=pad_id)``, the paper's.
     """
+    _checks.module("model", model)
     src, tgt_in, tgt_out = _split_batch(batch)
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
@@ -547,6 +548,7 @@ def evaluate_loss(
     pad_id = _checks.as_int("pad_id", pad_id)
     if loss_fn is None:
         loss_fn = LabelSmoothingLoss(0.0, ignore_index=pad_id)
+    _checks.module("model", model)
     device = _device_of(model)
     was_training = model.training
     model.eval()
@@ -617,6 +619,7 @@ def sequence_accuracy(
     """
     from minitransformer.decoding import beam_search, greedy_decode
 
+    _checks.module("model", model)
     _checks.tensor("src", src, kind="int", ndim=2, what="(B, S)")
     _checks.tensor("tgt", tgt, kind="int", ndim=2, what="(B, T + 1)")
     if src.shape[0] != tgt.shape[0]:
