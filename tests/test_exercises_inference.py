@@ -18,8 +18,8 @@ from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict
 
 
 # ------------------------------------------------------------------ KV-cache bytes
-def bytes_reference(cfg, context, batch_size, bytes_per_element):
-    return 2 * batch_size * context * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
+def bytes_reference(cfg, seq_len, batch_size, bytes_per_element):
+    return 2 * batch_size * seq_len * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
 
 
 def test_kv_bytes_accepts_reference_and_stub(capsys):

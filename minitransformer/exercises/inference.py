@@ -16,11 +16,11 @@ from minitransformer.kv_memory import MODEL_CONFIGS, kv_cache_bytes
 __all__ = ["check_kv_cache_bytes", "check_online_softmax_step", "check_cache_append"]
 
 
-def _bytes(c: Any, context: int, batch: int, bpe: int, *, heads: int | None = None, factor: int = 2,
+def _bytes(c: Any, seq_len: int, batch: int, bpe: int, *, heads: int | None = None, factor: int = 2,
            layers: int | None = None, width: int | None = None) -> int:
-    """``factor x batch x context x layers x width x bytes``, with one factor changed: a mistake."""
+    """``factor x batch x seq_len x layers x width x bytes``, with one factor changed: a mistake."""
     width = width or (heads or c.num_kv_heads) * c.head_dim  # numbers per position and layer
-    return factor * batch * context * (layers or c.num_layers) * width * bpe
+    return factor * batch * seq_len * (layers or c.num_layers) * width * bpe
 
 
 _BYTES_MISTAKES = [
@@ -51,17 +51,17 @@ _BYTES_MISTAKES = [
 @checker("KV-cache bytes of a model", mistakes=_BYTES_MISTAKES, returns="",
          reference=lambda c, n, b, e: kv_cache_bytes(c.num_layers, c.num_kv_heads, c.head_dim,
                                                      n, b, e),
-         otherwise="It should be 2 x batch x context x layers x KV heads x head_dim x bytes per "
+         otherwise="It should be 2 x batch x seq_len x layers x KV heads x head_dim x bytes per "
                    "element")
 def check_kv_cache_bytes() -> list[Case]:
-    """Check ``fn(config, context, batch_size, bytes_per_element)``, the bytes of the keys and
+    """Check ``fn(config, seq_len, batch_size, bytes_per_element)``, the bytes of the keys and
     values a decoder keeps, against the package's ``kv_cache_bytes``. ``config`` is a
     ``ModelConfig`` (``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim``,
     ``d_model``, ...); its sliding window is ignored."""
     cases = [("llama-3-8b", 1000, 3, 4),  # tells the usual mistakes apart: GQA, 4 bytes, batch 3
              ("llama-2-70b", 4096, 1, 2), ("llama-2-7b", 4096, 8, 2), ("gpt2-small", 1024, 2, 1)]
-    return [Case(f"cache_bytes({name}, context={n}, batch_size={b}, bytes_per_element={e})",
-                 config=MODEL_CONFIGS[name], context=n, batch_size=b, bytes_per_element=e)
+    return [Case(f"cache_bytes({name}, seq_len={n}, batch_size={b}, bytes_per_element={e})",
+                 config=MODEL_CONFIGS[name], seq_len=n, batch_size=b, bytes_per_element=e)
             for name, n, b, e in cases]
 
 
@@ -168,7 +168,7 @@ _APPEND_MISTAKES = [
          "the new key overwrote position 0; write at position `length`"),
     when(lambda got, want: not torch.equal(got[1], want[1]),
          "after {where}, the keys buffer does not hold the expected values: positions are "
-         "dimension 2 of (B, h_kv, capacity, d), and new_k goes to positions length .. "
+         "dimension 2 of (B, h_kv, max_len, d), and new_k goes to positions length .. "
          "length + n - 1"),
     when(lambda got, want: not torch.equal(got[2], want[2]),
          "the keys are right but the values buffer is not: append both"),
@@ -184,10 +184,10 @@ _APPEND_MISTAKES = [
          returns=("the returned length", "the keys buffer", "the values buffer"))
 def check_cache_append(gen: torch.Generator) -> list[Case]:
     """Check ``fn(keys, values, length, new_k, new_v) -> new_length``: ``keys``/``values`` are
-    preallocated ``(B, h_kv, capacity, d)`` buffers whose first ``length`` positions are filled;
+    preallocated ``(B, h_kv, max_len, d)`` buffers whose first ``length`` positions are filled;
     ``new_k``/``new_v`` ``(B, h_kv, n, d)`` must be written into them *in place*, at positions
     ``length .. length + n - 1`` of dimension 2, and ``length + n`` returned."""
-    keys, values = torch.zeros(2, 3, 8, 4), torch.zeros(2, 3, 8, 4)  # (B, h_kv, capacity, d)
+    keys, values = torch.zeros(2, 3, 8, 4), torch.zeros(2, 3, 8, 4)  # (B, h_kv, max_len, d)
     cases, length = [], 0
     for n in (1, 1, 3, 1):  # four steps, each from the buffers the previous ones filled
         new_k, new_v = (torch.randn(2, 3, n, 4, generator=gen) for _ in range(2))  # (B, h_kv, n, d)
