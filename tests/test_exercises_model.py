@@ -3,18 +3,22 @@ reject each typical mistake with its own hint."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.exercises import (
     ExerciseError,
     check_decoder_mask,
+    check_encoder_layer,
     check_layer_parameters,
     check_next_token,
 )
 
-from checker_helpers import rejects_in_place
+from checker_helpers import rejects_in_place, stub
 
 # -- decoder mask ------------------------------------------------------------------------------
 
@@ -150,3 +154,95 @@ def test_layer_parameters_take_only_numbers() -> None:
     """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
     assert all(isinstance(x, int) for case in check_layer_parameters.spec.cases()
                for x in case.inputs.values())
+
+
+# -- an encoder layer from its parts -----------------------------------------------------------
+
+
+def layer_ref(layer, x, src_mask):
+    """Post-LN written with torch.nn.functional around the layer's attention and FFN."""
+    def norm(ln, z):
+        return F.layer_norm(z, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
+    h = norm(layer.norm1, x + layer.self_attn(x, x, x, mask=src_mask, need_weights=False)[0])
+    return norm(layer.norm2, h + layer.feed_forward.linear2(F.relu(layer.feed_forward.linear1(h))))
+
+
+def with_dropout_modules(layer, x, src_mask):
+    """The layer's own dropout modules, which do nothing in eval mode: right."""
+    h = layer.norm1(x + layer.dropout1(layer.self_attn(x, x, x, src_mask)[0]))
+    return layer.norm2(h + layer.dropout2(layer.feed_forward(h)))
+
+
+def test_encoder_layer_accepts_reference_and_reports_stub(capsys) -> None:
+    check_encoder_layer(layer_ref)
+    check_encoder_layer(with_dropout_modules)
+    assert capsys.readouterr().out.count("Correct") == 2
+    check_encoder_layer(stub)
+    assert capsys.readouterr().out.startswith("Not attempted yet")
+
+
+def variant(layer, x, src_mask, *, first=None, second=None, ffn_input=None, mask=True):
+    """Post-LN, or a learner's variant: ``first(layer, x, attention)`` and ``second(layer, h,
+    ffn)`` combine each sub-layer's input and output, ``ffn_input(x, h)`` feeds the FFN."""
+    attention = layer.self_attn(x, x, x, src_mask if mask else None)[0]
+    h = first(layer, x, attention) if first else layer.norm1(x + attention)
+    out = layer.feed_forward(ffn_input(x, h) if ffn_input else h)
+    return second(layer, h, out) if second else layer.norm2(h + out)
+
+
+def pre_ln(layer, x, src_mask):
+    z = layer.norm1(x)
+    h = x + layer.self_attn(z, z, z, src_mask)[0]
+    return h + layer.feed_forward(layer.norm2(h))
+
+
+def in_train_mode(layer, x, src_mask):
+    layer.train()  # dropout on in the attention and the FFN
+    return variant(layer, x, src_mask)
+
+
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (pre_ln, "pre-LN"),
+        (partial(variant, first=lambda layer, x, a: layer.norm1(a)), "residual connection"),
+        (partial(variant, second=lambda layer, h, o: layer.norm2(o)), "residual connection"),
+        (partial(variant, first=lambda layer, x, a: layer.norm2(x + a),
+                 second=lambda layer, h, o: layer.norm1(h + o)), "swapped"),
+        (partial(variant, second=lambda layer, h, o: h + o), "a LayerNorm is missing"),
+        (partial(variant, ffn_input=lambda x, h: x), "reads the layer's input x"),
+        (partial(variant, mask=False), r"you ignore src_mask for x \(3, 6, 16\) with padding"),
+        (partial(variant, first=lambda layer, x, a: layer.norm1(x + F.dropout(a, 0.1))),
+         "dropout is still on"),
+        (in_train_mode, "dropout is still on"),
+        (lambda layer, x, m: layer.norm1(x + layer.self_attn(x, x, x, m)),
+         r"returns a pair \(output, weights\)"),
+        (lambda layer, x, m: variant(layer, x, m) * 1.01,
+         r"differs from the right answer .* It differs from layer\(x, src_mask\)"),
+    ],
+    ids=["pre-ln", "no-residual-attn", "no-residual-ffn", "norms-swapped", "no-norm2",
+         "ffn-reads-x", "mask-ignored", "f-dropout", "train-mode", "tuple", "other"],
+)
+def test_encoder_layer_hints(wrong, hint) -> None:
+    with pytest.raises(ExerciseError, match=hint):
+        check_encoder_layer(wrong)
+
+
+def test_encoder_layer_that_changes_its_input_in_place_is_rejected() -> None:
+    def adds_in_place(layer, x, src_mask):
+        x += layer.self_attn(x, x, x, src_mask)[0]  # the residual addition, into the caller's x
+        h = layer.norm1(x)
+        return layer.norm2(h + layer.feed_forward(h))
+
+    rejects_in_place(check_encoder_layer, adds_in_place, "x", right=True)
+
+
+def test_encoder_layer_that_changes_the_layer_in_place_is_rejected() -> None:
+    def rescales_the_norm(layer, x, src_mask):
+        out = layer_ref(layer, x, src_mask)
+        with torch.no_grad():
+            layer.norm2.weight.mul_(2.0)  # the caller's layer is changed for good
+        return out
+
+    rejects_in_place(check_encoder_layer, rescales_the_norm, "layer", right=True)

@@ -76,6 +76,7 @@ from minitransformer.exercises.inference import (
 )
 from minitransformer.exercises.model import (
     check_decoder_mask,
+    check_encoder_layer,
     check_layer_parameters,
     check_next_token,
 )
@@ -106,6 +107,7 @@ __all__ = [
     # the checkers, in the order of the chapters
     "check_softmax",
     "check_decoder_mask", "check_layer_parameters", "check_next_token",
+    "check_encoder_layer",
     "check_attention", "check_causal_mask", "check_cross_attention_shapes",
     "check_split_heads", "check_merge_heads", "check_parameter_count", "check_multi_head_attention",
     "check_sinusoidal_encoding", "check_shift_matrix", "check_pairs_with_full_period",

@@ -1,20 +1,21 @@
 """Checkers for the chapter "The encoder–decoder picture" (``book/encoder_decoder``): the
-decoder's self-attention mask, the parameters of a layer counted by hand, and one step of
-greedy decoding."""
+decoder's self-attention mask, an encoder layer assembled from its parts, the parameters of a
+layer counted by hand, and one step of greedy decoding."""
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
 from torch import Tensor
 
 from minitransformer.attention import causal_mask, padding_mask
-from minitransformer.exercises._core import Case, checker, like, seeded, when
+from minitransformer.exercises._core import Case, checker, close, like, raises, seeded, when
 from minitransformer.model import DecoderLayer, EncoderLayer, Transformer
 
-__all__ = ["check_decoder_mask", "check_layer_parameters", "check_next_token"]
-
+__all__ = ["check_decoder_mask", "check_encoder_layer", "check_layer_parameters",
+           "check_next_token"]
 
 
 def _decoder_mask(lengths: Tensor, T: int) -> Tensor:
@@ -65,6 +66,103 @@ def check_decoder_mask() -> list[Case]:
     """Check ``fn(lengths, T)`` -> boolean ``(B, 1, T, T)``, True = may attend, where
     ``lengths`` ``(B,)`` holds the number of real target tokens of each sequence."""
     return [Case(lengths=torch.tensor([5, 3, 1]), T=5)]
+
+
+# -- one encoder layer from its parts ------------------------------------------------------
+# The wrong assemblies a learner might write, from the layer's own parts (section "The
+# sub-layer recipe"); the reference is the layer itself.
+
+
+def _attend(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
+    return layer.self_attn(x, x, x, src_mask)[0]  # (B, S, d_model); [1] is the weights
+
+
+def _post_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None, *,
+             norms: tuple[int, int] = (1, 2), residual: tuple[bool, bool] = (True, True),
+             ffn_reads_x: bool = False) -> Tensor:
+    """Post-LN, or a variant: ``norms`` the LayerNorms used (0 = none), ``residual`` which
+    sub-layers keep their residual addition, ``ffn_reads_x`` the FFN fed the layer's input."""
+    norm: dict[int, Callable[[Tensor], Tensor]] = {0: lambda z: z, 1: layer.norm1, 2: layer.norm2}
+    attended = _attend(layer, x, src_mask)
+    h = norm[norms[0]](x + attended if residual[0] else attended)
+    transformed = layer.feed_forward(x if ffn_reads_x else h)
+    return norm[norms[1]](h + transformed if residual[1] else transformed)
+
+
+def _pre_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
+    h = x + _attend(layer, layer.norm1(x), src_mask)
+    return h + layer.feed_forward(layer.norm2(h))
+
+
+def _twice(fn: Callable[..., Tensor], layer: EncoderLayer, x: Tensor,
+           src_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Two calls on the same inputs (the second on its own copy, in case the first changes
+    them): in eval mode a layer gives the same output both times."""
+    again = copy.deepcopy((layer, x, src_mask))
+    return fn(layer, x, src_mask), fn(*again)
+
+
+_ENCODER_LAYER_MISTAKES = [
+    when(lambda got: not close(got[0], got[1]),
+         "two calls on the same input gave different outputs: dropout is still on. The layer is "
+         "in eval mode, where its dropout1 and dropout2 do nothing, so leave dropout out "
+         "(F.dropout drops even in eval mode unless you pass training=False; do not call "
+         "layer.train())"),
+    like(_pre_ln,
+         "you normalised *before* each sub-layer, x + Sublayer(LayerNorm(x)): that is pre-LN "
+         "(norm_first=True). The paper's layer is post-LN: LayerNorm(x + Sublayer(x)), the "
+         "LayerNorm after the residual addition"),
+    like([lambda layer, x, m: _post_ln(layer, x, m, residual=(False, True)),
+          lambda layer, x, m: _post_ln(layer, x, m, residual=(True, False)),
+          lambda layer, x, m: _post_ln(layer, x, m, residual=(False, False))],
+         "a residual connection is missing: each sub-layer's output is *added* to its input "
+         "before the LayerNorm, norm1(x + attention) and norm2(h + FFN(h))"),
+    like(lambda layer, x, m: _post_ln(layer, x, m, norms=(2, 1)),
+         "your LayerNorms are swapped: norm1 follows the self-attention, norm2 the feed-forward "
+         "network (each has its own gain and bias)"),
+    like([lambda layer, x, m: _post_ln(layer, x, m, norms=(0, 2)),
+          lambda layer, x, m: _post_ln(layer, x, m, norms=(1, 0))],
+         "a LayerNorm is missing: post-LN normalises after each of the two residual additions"),
+    like(lambda layer, x, m: _post_ln(layer, x, m, ffn_reads_x=True),
+         "your feed-forward network reads the layer's input x; it reads the first sub-layer's "
+         "result, h = norm1(x + attention), and its output is added to h"),
+    like(lambda layer, x, m: _post_ln(layer, x, None),
+         "you ignore src_mask {where}: pass it to layer.self_attn(x, x, x, src_mask), or every "
+         "token also attends to the padding"),
+    raises(TypeError,
+           "layer.self_attn(query, key, value, mask) returns a pair (output, weights): keep the "
+           "output, layer.self_attn(x, x, x, src_mask)[0]"),
+]
+
+
+@checker("an encoder layer from its parts", reference=lambda layer, x, src_mask: layer(x, src_mask),
+         mistakes=_ENCODER_LAYER_MISTAKES, observe=_twice,
+         returns=("the output", "the output of a second call"),
+         otherwise="It differs from layer(x, src_mask): h = norm1(x + self_attn(x, x, x, "
+                   "src_mask)[0]), then norm2(h + feed_forward(h))")
+def check_encoder_layer(gen: torch.Generator) -> list[Case]:
+    """Check ``fn(layer, x, src_mask) -> (B, S, d_model)``, a post-LN
+    :class:`~minitransformer.model.EncoderLayer` written with ``layer.self_attn``,
+    ``layer.feed_forward``, ``layer.norm1`` and ``layer.norm2``, against the layer itself (in eval
+    mode), with and without a padding mask."""
+    def layer(d_model: int, num_heads: int, d_ff: int) -> EncoderLayer:
+        built = seeded(0, lambda: EncoderLayer(d_model, num_heads, d_ff, dropout=0.1).eval())
+        with torch.no_grad():  # gains and biases of their own, so that swapped norms show
+            for norm in (built.norm1, built.norm2):
+                norm.weight.copy_(0.5 + torch.rand(d_model, generator=gen))
+                norm.bias.copy_(0.3 * torch.randn(d_model, generator=gen))
+        return built
+
+    small, other = layer(16, 4, 32), layer(12, 3, 24)
+    return [
+        Case("for x (2, 5, 16) without a mask", layer=small,
+             x=torch.randn(2, 5, 16, generator=gen), src_mask=None),
+        Case("for x (3, 6, 16) with padding (lengths 6, 4, 2)", layer=small,
+             x=torch.randn(3, 6, 16, generator=gen),
+             src_mask=padding_mask(torch.tensor([6, 4, 2]), 6)),
+        Case("for x (1, 4, 12) with padding (length 3)", layer=other,
+             x=torch.randn(1, 4, 12, generator=gen), src_mask=padding_mask(torch.tensor([3]), 4)),
+    ]
 
 
 
