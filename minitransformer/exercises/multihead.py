@@ -41,7 +41,7 @@ _SPLIT_MISTAKES = [
 
 
 @checker("split heads", reference=split_heads, mistakes=_SPLIT_MISTAKES,
-         returns="split_heads(x, {num_heads})",
+         returns="my_split_heads(x, {num_heads})",
          otherwise="The answer is x.view(B, T, h, d_k).transpose(1, 2)")
 def check_split_heads() -> list[Case]:
     """Check ``fn(x, num_heads)``, ``(B, T, h*d_k) -> (B, h, T, d_k)``, against
@@ -64,8 +64,8 @@ _MERGE_MISTAKES = [
 
 
 @checker("merge heads", reference=merge_heads, mistakes=_MERGE_MISTAKES,
-         returns="merge_heads(heads)",
-         otherwise="merge_heads(split_heads(x, h)) should give x back; yours does not")
+         returns="my_merge_heads(heads)",
+         otherwise="my_merge_heads(split_heads(x, h)) should give x back; yours does not")
 def check_merge_heads() -> list[Case]:
     """Check ``fn(heads)``, ``(B, h, T, d_v) -> (B, T, h*d_v)``, against
     :func:`~minitransformer.attention.merge_heads`."""
