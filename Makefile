@@ -75,6 +75,7 @@ INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEB
 lint: $(STAMP)
 	$(BIN)/ruff check minitransformer tests benchmarks scripts book conftest.py
 	$(BIN)/mypy minitransformer
+	$(BIN)/actionlint .github/workflows/ci.yml
 
 check-html: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book

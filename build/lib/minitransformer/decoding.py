@@ -1,0 +1,323 @@
+"""Autoregressive decoding: greedy search and beam search, plus the score beam search maximises.
+
+Chapters "The encoder–decoder picture" (section "Teacher forcing in training, one token at a
+time at inference"), "Training a Transformer" (section "Decoding the trained model") and
+"Inference: the KV cache and the cost of attention" (section "How the cache works").
+
+Output of both decoders: ``(B, L)`` ``long`` ids, ``L <= max_len`` (``max_len`` counts the
+BOS); every row starts with ``bos_id``, and a row that produced ``eos_id`` is ``pad_id`` after
+it. Decoding stops once every row has ended; an empty batch gives ``(0, 1)`` (``(0, max_len)``
+with ``eos_id=None``). The paper's limit, input length + 50 (section 6.1), is
+``max_len=src.shape[1] + 51`` for the longest source of a batch (the model needs that many
+positions).
+
+``src_mask`` ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``, True = may attend; None builds it once from
+``src != pad_id``, and passes no mask at all when the source has no padding. Call
+``model.eval()`` first: the decoders do not change the model's mode.
+
+Beam search maximises the length-normalised log-probability of Wu et al. (2016), with
+``alpha = 0.6`` in the paper (section 6.1), over the ``n`` generated tokens (EOS included)::
+
+    score(y) = sum_t log p(y_t | y_<t, x) / lp(n),    lp(n) = ((5 + n) / 6) ** alpha
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from minitransformer._checks import finite_float, positive_int, tensor
+from minitransformer.data import PAD_ID, src_padding_mask
+from minitransformer.kv_cache import AttentionCache, KVCache
+
+__all__ = [
+    "greedy_decode",
+    "beam_search",
+    "beam_search_with_scores",
+    "sequence_score",
+    "length_penalty_factor",
+]
+
+
+def length_penalty_factor(length: int | Tensor, alpha: float) -> float | Tensor:
+    """``lp(n) = ((5 + n) / 6) ** alpha`` of ``n = length`` generated tokens (Wu et al., 2016);
+    ``length`` an int, or an integer tensor (then a float32 tensor comes back)."""
+    alpha = finite_float("alpha", alpha, low=0.0)
+    if isinstance(length, Tensor):
+        return ((5 + tensor("length", length, kind="int").float()) / 6) ** alpha
+    return ((5 + positive_int("length", length, allow_zero=True)) / 6) ** alpha
+
+
+def _check_ids(model: nn.Module, **ids: object) -> None:
+    """Token ids are ints in the model's target vocabulary (``eos_id`` may be None)."""
+    vocab = getattr(model, "tgt_vocab_size", None)
+    for name, value in ids.items():
+        if value is None and name == "eos_id":
+            continue
+        i = positive_int(name, value, allow_zero=True)
+        if vocab is not None and i >= vocab:
+            raise ValueError(f"{name} must be < the model's tgt_vocab_size={vocab}, got {i}")
+
+
+def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor | None:
+    """Check ``src`` and ``src_mask``; return the mask every step uses (None: no padding)."""
+    tensor("src", src, kind="int", ndim=2, what="(B, S) of token ids")
+    B, S = src.shape
+    if S == 0:
+        raise ValueError(f"src must have at least one position, got shape {tuple(src.shape)}")
+    if src_mask is None:
+        mask = src_padding_mask(src, pad_id)  # (B, 1, 1, S)
+        return None if bool(mask.all()) else mask  # no padding: nothing to hide
+    tensor("src_mask", src_mask, kind="bool", ndim=4, what="(B, 1, 1, S)")
+    if src_mask.shape[0] not in (1, B):
+        raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} does not match the batch "
+                         f"of src {tuple(src.shape)}")
+    if src_mask.shape[1:] != (1, 1, S):
+        raise ValueError(f"src_mask must have shape (B, 1, 1, S) = {(B, 1, 1, S)} for src "
+                         f"{tuple(src.shape)}, got {tuple(src_mask.shape)}")
+    return src_mask
+
+
+def _check_model(model: object) -> None:
+    """Decoders take a :class:`~minitransformer.model.Transformer`, or anything with the same
+    ``encode`` and ``decode``."""
+    if not (callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None))):
+        raise TypeError(f"model must have encode() and decode() (a Transformer), got "
+                        f"{type(model).__name__}")
+
+
+def _check_decode_args(model: nn.Module, src: Tensor, src_mask: Tensor | None, bos_id: object,
+                       eos_id: object, pad_id: object, cache_cls: object) -> Tensor | None:
+    """The checks both decoders share; returns the ``src_mask`` to use (see _check_source)."""
+    _check_model(model)
+    _check_ids(model, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    if cache_cls is not None and not (isinstance(cache_cls, type)
+                                      and issubclass(cache_cls, AttentionCache)):
+        raise TypeError(f"cache_cls must be a subclass of AttentionCache, got {cache_cls!r}")
+    return _check_source(src, src_mask, pad_id)
+
+
+def _ids(src: Tensor, shape: tuple[int, ...], fill: int) -> Tensor:
+    """A ``long`` tensor of ``shape`` filled with ``fill``, on ``src``'s device."""
+    return torch.full(shape, fill, dtype=torch.long, device=src.device)
+
+
+def greedy_decode(
+    model: nn.Module,
+    src: Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int | None = None,
+    *,
+    src_mask: Tensor | None = None,
+    pad_id: int = PAD_ID,
+    use_cache: bool = True,
+    cache_cls: type[AttentionCache] | None = None,
+) -> Tensor:
+    """The most likely next token at every step: ``src`` ``(B, S)`` -> ids ``(B, L)`` (section
+    "Teacher forcing in training, one token at a time at inference").
+
+    ``model`` has ``encode(src, src_mask)`` and ``decode(tgt, memory, src_mask=, cache=)``.
+    ``eos_id=None`` decodes exactly ``max_len`` ids per row. ``use_cache`` feeds only the newest
+    token and keeps the earlier keys/values in a :class:`~minitransformer.kv_cache.KVCache` of
+    ``cache_cls`` attention caches (e.g. :class:`~minitransformer.quantize.Int8AttentionCache`);
+    False recomputes the whole prefix. Same tokens either way.
+    """
+    max_len = positive_int("max_len", max_len)
+    src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    B = src.shape[0]
+    if B == 0:
+        return _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
+    # inference_mode rather than no_grad: it also skips the version-counter and view
+    # bookkeeping of every tensor, a noticeable part of a cached step (many small operations).
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+        ys = _ids(src, (B, max_len), pad_id)  # preallocated output
+        ys[:, 0] = bos_id
+        cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
+        finished = torch.zeros(B, dtype=torch.bool, device=src.device)
+        length = 1  # ids written so far
+        for t in range(1, max_len):
+            if cache is None:  # the whole prefix
+                logits = model.decode(ys[:, :t], memory, src_mask=src_mask)[:, -1]  # (B, V)
+            else:  # only the newest token; the cache holds the keys/values of the others
+                logits = model.decode(ys[:, t - 1 : t], memory, src_mask=src_mask,
+                                      cache=cache)[:, -1]  # (B, V)
+            next_token = logits.argmax(dim=-1)  # (B,)
+            if eos_id is not None:
+                next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
+                finished = finished | (next_token == eos_id)
+            ys[:, t] = next_token
+            length = t + 1
+            if eos_id is not None and bool(finished.all()):
+                break
+    # Cloned outside inference mode: an ordinary tensor the caller may modify or train on.
+    return ys[:, :length].clone()  # (B, length)
+
+
+def beam_search(
+    model: nn.Module,
+    src: Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int | None = None,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    src_mask: Tensor | None = None,
+    pad_id: int = PAD_ID,
+    use_cache: bool = True,
+    cache_cls: type[AttentionCache] | None = None,
+) -> Tensor:
+    """Beam search (section "Decoding the trained model"): the ``(B, L)`` ids of
+    :func:`beam_search_with_scores`, which takes the same arguments."""
+    return beam_search_with_scores(
+        model, src, max_len, bos_id, eos_id, beam_size=beam_size, length_penalty=length_penalty,
+        src_mask=src_mask, pad_id=pad_id, use_cache=use_cache, cache_cls=cache_cls)[0]
+
+
+def _keep_best(best: tuple[Tensor, Tensor, Tensor], score: Tensor, seqs: Tensor,
+               length: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Per example, the first highest ``score`` ``(B, k)`` replaces ``best`` if strictly higher
+    (so of equal scores the one that finished first wins); ``seqs`` ``(B, k, max_len)``."""
+    best_score, best_seq, best_len = best  # (B,), (B, max_len), (B,)
+    i = score.argmax(dim=1, keepdim=True)  # (B, 1): the first maximum
+    new = score.gather(1, i)[:, 0]  # (B,)
+    better = new > best_score
+    seq = seqs.gather(1, i[..., None].expand(-1, -1, seqs.shape[-1]))[:, 0]  # (B, max_len)
+    return (torch.where(better, new, best_score), torch.where(better[:, None], seq, best_seq),
+            best_len.masked_fill(better, length))
+
+
+def beam_search_with_scores(
+    model: nn.Module,
+    src: Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int | None = None,
+    *,
+    beam_size: int = 4,
+    length_penalty: float = 0.6,
+    src_mask: Tensor | None = None,
+    pad_id: int = PAD_ID,
+    use_cache: bool = True,
+    cache_cls: type[AttentionCache] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Keep the ``beam_size`` best partial outputs per example (section "Decoding the trained model").
+
+    Every step extends each live hypothesis by every token and fills the example's free slots
+    with the best extensions by summed log-probability (one ``topk`` over ``(B, k * V)``). An
+    extension ending in ``eos_id`` is finished and keeps its slot, so the beam narrows; at
+    ``max_len`` the live ones finish too. The answer is the finished hypothesis with the best
+    score (module docstring; ``length_penalty`` is ``alpha``). Beam 1 is greedy decoding.
+    Other arguments as in :func:`greedy_decode`; the cache follows the surviving hypotheses.
+
+    Returns:
+        ``(B, L)`` ids (layout of :func:`greedy_decode`) and their ``(B,)`` float32 scores.
+    """
+    max_len, k = positive_int("max_len", max_len), positive_int("beam_size", beam_size)
+    alpha = finite_float("length_penalty", length_penalty, low=0.0)
+    src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    B, device = src.shape[0], src.device
+    if B == 0:
+        out = _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
+        return out, torch.zeros(0, device=device)
+    with torch.inference_mode():
+        # Model rows are (example, slot) pairs, B * k of them: example b owns rows b*k .. b*k+k-1.
+        memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (B * k, S, d_model)
+        if src_mask is not None and src_mask.shape[0] == B:
+            src_mask = src_mask.repeat_interleave(k, dim=0)  # (B * k, 1, 1, S)
+        cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
+        seqs = _ids(src, (B, k, max_len), pad_id)  # each slot's hypothesis, PAD after it
+        seqs[:, :, 0] = bos_id
+        logp = torch.full((B, k), float("-inf"), device=device)  # summed log-probs; -inf: empty slot
+        logp[:, 0] = 0.0  # one live hypothesis to start with: BOS
+        n_live = torch.ones(B, dtype=torch.long, device=device)  # live hypotheses per example
+        n_done = torch.zeros(B, dtype=torch.long, device=device)  # finished ones (slots taken)
+        best = (torch.full((B,), float("-inf"), dtype=torch.float64, device=device),
+                seqs[:, 0].clone(), torch.ones(B, dtype=torch.long, device=device))
+        slot = torch.arange(k, device=device)  # (k,)
+        first_row = torch.arange(B, device=device)[:, None] * k  # (B, 1): example b's first row
+        for t in range(1, max_len):  # t tokens generated after this step
+            rows = seqs.view(B * k, max_len)
+            if cache is None:  # the whole prefix
+                logits = model.decode(rows[:, :t], memory, src_mask=src_mask)[:, -1]
+            else:  # only the newest token; the cache holds the rest
+                logits = model.decode(rows[:, t - 1 : t], memory, src_mask=src_mask,
+                                      cache=cache)[:, -1]  # (B * k, V)
+            log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B * k, V)
+            V = log_probs.shape[-1]
+            candidates = logp[:, :, None] + log_probs.view(B, k, V)  # (B, k, V) every extension
+            top_logp, top_index = candidates.view(B, k * V).topk(k, dim=1)  # (B, k) best first
+            parent, token = top_index // V, top_index % V  # (B, k) slot extended, token added
+            # An example fills only its free slots, from its live candidates.
+            chosen = slot < torch.minimum(k - n_done, n_live * V)[:, None]  # (B, k)
+            ended = chosen & (token == eos_id) if eos_id is not None else torch.zeros_like(chosen)
+            live = chosen & ~ended
+            grown = seqs.gather(1, parent[..., None].expand(-1, -1, max_len))  # (B, k, max_len)
+            grown[:, :, t] = token
+            if bool(ended.any()):  # finished hypotheses leave the beam, scored
+                score = (top_logp.double() / length_penalty_factor(t, alpha)).masked_fill(
+                    ~ended, float("-inf"))
+                best = _keep_best(best, score, grown, t + 1)
+            # The live extensions move to the first slots, best first (a stable sort on ~live).
+            order = (~live).to(torch.uint8).argsort(dim=1, stable=True)  # (B, k)
+            live, parent = live.gather(1, order), parent.gather(1, order)
+            logp = top_logp.gather(1, order).masked_fill(~live, float("-inf"))
+            seqs = grown.gather(1, order[..., None].expand(-1, -1, max_len))
+            n_done, n_live = n_done + ended.sum(1), live.sum(1)
+            if not bool(live.any()):
+                break
+            if cache is not None:  # each slot keeps the keys/values of its parent
+                # Each survivor extends a beam of its own example, whose cross-attention
+                # keys and values are those of the same source: only the self-attention moves.
+                cache.reorder((first_row + parent).view(-1), cross_attention=False)
+        else:  # max_len reached: the live hypotheses end here without EOS
+            score = (logp.double() / length_penalty_factor(max_len - 1, alpha)).masked_fill(
+                slot >= n_live[:, None], float("-inf"))
+            best = _keep_best(best, score, seqs, max_len)
+        best_score, best_seq, best_len = best
+        out = best_seq[:, : int(best_len.max())]
+    return out.clone(), best_score.float()  # (B, L), (B,)
+
+
+def sequence_score(
+    model: nn.Module,
+    src: Tensor,
+    seqs: Tensor,
+    eos_id: int | None,
+    *,
+    length_penalty: float = 0.6,
+    src_mask: Tensor | None = None,
+    pad_id: int = PAD_ID,
+) -> Tensor:
+    """The beam-search score (module docstring) of outputs ``seqs`` ``(B, L)``: ``(B,)`` float32.
+
+    One teacher-forced pass; the ``n`` generated tokens of a row are those after the BOS up to
+    and including the first ``eos_id`` (to its end if it has none). Compares greedy and beam
+    outputs (chapter "Training a Transformer", section "Decoding the trained model").
+    """
+    _check_model(model)
+    tensor("seqs", seqs, kind="int", ndim=2, what="(B, L) of token ids")
+    alpha = finite_float("length_penalty", length_penalty, low=0.0)
+    _check_ids(model, eos_id=eos_id, pad_id=pad_id)
+    src_mask = _check_source(src, src_mask, pad_id)
+    if seqs.shape[0] != src.shape[0]:
+        raise ValueError(f"seqs (B, L) = {tuple(seqs.shape)} must have the batch size of src "
+                         f"{tuple(src.shape)}")
+    B, L = seqs.shape
+    if L < 2 or B == 0:
+        return torch.zeros(B, device=seqs.device)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)  # (B, S, d_model)
+        logits = model.decode(seqs[:, :-1], memory, src_mask=src_mask)  # (B, L - 1, V)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        targets = seqs[:, 1:]  # (B, L - 1): the generated tokens
+        token_logp = log_probs.gather(-1, targets[..., None])[..., 0]  # (B, L - 1)
+        n = torch.full((B,), L - 1, device=seqs.device)  # (B,) without EOS: the whole row
+        if eos_id is not None:
+            is_eos = targets == eos_id  # (B, L - 1)
+            n = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, n)  # up to the first EOS
+        keep = torch.arange(L - 1, device=seqs.device) < n[:, None]  # (B, L - 1)
+        score = (token_logp * keep).sum(-1) / length_penalty_factor(n, alpha)  # (B,)
+    return score.clone()

@@ -1,0 +1,419 @@
+"""The engine that runs every checker; how to declare one is in the package docstring.
+
+For each case the learner's function gets deep **copies** of the inputs and the reference other
+copies, so an answer that changes its inputs cannot corrupt the reference. **An input changed
+in place is rejected**, even when the result is right, with a hint that names it: the caller's
+tensor would change too, so the next call (the next layer, head or cell) would see other
+numbers, and autograd refuses in-place changes of tensors it saved; only the inputs in
+``may_modify`` may change (a cache the function must write). A checker runs the learner's code
+under ``torch.no_grad()`` and puts the global generators of torch, ``random`` and NumPy back as
+it found them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import numbers
+import random
+import re
+import string
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class ExerciseError(AssertionError):
+    """A wrong answer; the message names the likely mistake first, then the fix."""
+
+    def _render_traceback_(self) -> list[str]:
+        """How IPython shows it: one sentence per line, which wraps well in a narrow box; when
+        the learner's code crashed, its traceback first (without the engine's frames)."""
+        lines, cause = [], self.__cause__
+        if cause is not None:
+            tb = cause.__traceback__
+            while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+                tb = tb.tb_next
+            lines += "".join(traceback.format_exception(type(cause), cause, tb)).splitlines()
+            lines += ["", "The checker says:"]
+        first, *rest = re.split(r"(?<=\.)\s+(?=[A-Z`])|(?<=;)\s+", str(self))
+        return lines + [f"ExerciseError: {first}"] + [f"    {s}" for s in rest]
+
+
+class NotAttempted(Exception):
+    """The learner's stub still raises ``NotImplementedError``."""
+
+
+class Case:
+    """One call of the learner's function: ``where`` says it in words ("on 4-D inputs with a
+    mask"); ``inputs`` are passed in the order given. For a wrong answer, ``otherwise`` follows
+    a difference that no known mistake explains; ``hint`` follows *any* difference, the
+    mistakes unasked (for a case that only checks that nothing is hard-wired)."""
+
+    def __init__(self, where: str = "", /, *, otherwise: str | None = None, hint: str | None = None,
+                 **inputs: object) -> None:
+        self.where, self.otherwise, self.hint, self.inputs = where, otherwise, hint, inputs
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A row of a mistakes table, made by :func:`like`, :func:`when` or :func:`raises`.
+
+    ``hint`` is a format string over the fields ``got``, ``want``, ``got_type``, ``where`` and
+    the inputs by name (a ``torch.Size`` prints as a tuple), or a function that takes some of
+    those fields by name and returns the text.
+    """
+
+    hint: str | Callable[..., str]
+    wrong: tuple[Callable[..., Any], ...] = ()
+    when: Callable[..., Any] | None = None
+    raises: type[BaseException] | None = None
+
+
+def like(wrong: Callable[..., Any] | Sequence[Callable[..., Any]],
+         hint: str | Callable[..., str]) -> Mistake:
+    """The answer equals that of ``wrong``, a wrong implementation with the learner's signature
+    (or any of a list of them). Skipped on a case where it crashes or gives the right answer."""
+    return Mistake(hint, wrong=(wrong,) if callable(wrong) else tuple(wrong))
+
+
+def when(predicate: Callable[..., Any], hint: str | Callable[..., str]) -> Mistake:
+    """``predicate`` holds; it takes any hint fields by name and is asked only about a wrong
+    answer. If it raises (``got[1]`` of an answer that is no pair), it does not hold."""
+    return Mistake(hint, when=predicate)
+
+
+def raises(exception: type[BaseException], hint: str | Callable[..., str]) -> Mistake:
+    """The learner's function raised ``exception``; ``hint`` follows the error message."""
+    return Mistake(hint, raises=exception)
+
+
+def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mistake] = (),
+            returns: str | Sequence[str] = "the result", otherwise: str | None = None,
+            observe: Callable[..., Any] | None = None, may_modify: Sequence[str] = (),
+            compare: Callable[[Any, Any], bool] | None = None, atol: float = 1e-5,
+            rtol: float = 1e-4) -> Callable[[Callable[..., Sequence[Case]]], Callable[..., None]]:
+    """Turn the function that builds the cases into the checker ``check_xxx(fn)``.
+
+    The decorated function takes a seeded ``torch.Generator`` (or nothing) and returns the
+    :class:`Case` list; its name and docstring become the checker's. The checker prints
+    ``Correct: <name>.`` or ``Not attempted yet: <name>. ...`` and returns ``None``; for a wrong
+    answer it raises :class:`ExerciseError` with the hint of the first mistake that matches.
+
+    Args:
+        name: what the exercise builds, for the verdict line.
+        reference: the right answer, with the learner's signature.
+        mistakes: the known mistakes, most specific first.
+        returns: what the result is called (one name per element of a tuple), format strings
+            over the inputs such as ``"causal_mask({size})"``; the case's ``where`` follows.
+        otherwise: the default of the cases' ``otherwise``.
+        observe: ``observe(fn, **inputs)`` runs any implementation (the learner's, the
+            reference, a mistake) and returns what is compared; by default ``fn(*inputs)``.
+        may_modify: the inputs the function is meant to write into.
+        compare: ``compare(got, want) -> bool``; by default floating tensors within
+            ``atol + rtol * |want|``, integer and boolean tensors equal (dtype included), ints
+            equal, and tuples, lists and dicts element by element.
+    """
+    def decorate(build: Callable[..., Sequence[Case]]) -> Callable[..., None]:
+        same = (lambda got, want: _holds(compare, dict(got=got, want=want))) if compare else (
+            lambda got, want: _same(got, want, atol, rtol))
+        spec = _Spec(build, reference, tuple(mistakes), returns, otherwise, observe,
+                     frozenset(may_modify), same, atol, rtol)
+
+        def check(fn: Callable[..., Any]) -> None:
+            try:
+                with _global_rng_kept(), torch.no_grad():
+                    for case in spec.cases():
+                        spec.run(fn, case)
+            except NotAttempted:
+                print(f"Not attempted yet: {name}. Replace the `raise NotImplementedError` in the "
+                      "stub with your code and run this cell again.")
+                return
+            print(f"Correct: {name}.")
+
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(check, attr, getattr(build, attr))
+        signature = inspect.Signature([inspect.Parameter("fn", _POSITIONAL)])
+        for attr, value in (("__signature__", signature), ("name", name), ("spec", spec)):
+            setattr(check, attr, value)  # name and spec: for the tests
+        return check
+
+    return decorate
+
+
+def close(a: Tensor, b: Tensor, atol: float = 1e-5, rtol: float = 1e-4) -> bool:
+    """``a`` is within ``atol + rtol * |b|`` of ``b`` (NaN never is). Raises ``ValueError`` for
+    different shapes, so that a predicate comparing values does not hold, either way round."""
+    if a.shape != b.shape:
+        raise ValueError(f"cannot compare shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    return bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol))
+
+
+def seeded(seed: int, build: Callable[[], Any]) -> Any:
+    """``build()`` with torch's global generator seeded (module initialisation draws from it),
+    then put back as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_IN_PLACE = (
+    "your function changed its argument `{}` in place (with `/=`, `+=`, an indexed assignment or a "
+    "method ending in `_` such as `masked_fill_`): the caller's data changes too, so the next call "
+    "with it gets another answer. Leave the inputs alone and compute new tensors (`x = x / c` "
+    "rather than `x /= c`, `masked_fill` rather than `masked_fill_`)."
+)
+
+
+@dataclass
+class _Spec:
+    build: Callable[..., Sequence[Case]]
+    reference: Callable[..., Any]
+    mistakes: tuple[Mistake, ...]
+    returns: str | Sequence[str]
+    otherwise: str | None
+    observe: Callable[..., Any] | None
+    may_modify: frozenset[str]
+    same: Callable[[Any, Any], bool]
+    atol: float
+    rtol: float
+
+    def cases(self) -> Sequence[Case]:
+        if inspect.signature(self.build).parameters:
+            return self.build(torch.Generator().manual_seed(0))
+        return self.build()
+
+    def call(self, fn: Callable[..., Any], inputs: dict[str, Any], want: Any = None) -> Any:
+        got = self.observe(fn, **inputs) if self.observe else fn(*inputs.values())
+        return got if want is None else _numbers_like(got, want)
+
+    def run(self, fn: Callable[..., Any], case: Case) -> None:
+        """Raise :class:`ExerciseError` unless ``fn`` answers ``case`` right, inputs untouched."""
+        given = copy.deepcopy(case.inputs)  # the learner's copy: case.inputs stay pristine
+        try:
+            got = self.call(fn, given)
+        except NotImplementedError:
+            raise NotAttempted from None
+        except ExerciseError:  # an observe adapter found a malformed answer
+            raise
+        except Exception as exc:  # the learner's code crashed: say how, and on what
+            hints = [m.hint for m in self.mistakes if m.raises and isinstance(exc, m.raises)]
+            hint = _format(hints[0], _fields(case)) if hints else \
+                "The traceback above shows the line; a shape mismatch is the usual cause."
+            inputs = ", ".join(f"{n} {_brief(x)}" for n, x in case.inputs.items())
+            where = f"{case.where}: " if case.where else ""
+            raise ExerciseError(f"your function raised {type(exc).__name__}: {exc} "
+                                f"({where}{inputs}). {hint}") from exc
+        want = self.call(self.reference, copy.deepcopy(case.inputs))
+        got = _numbers_like(got, want)
+        changed = [n for n, x in case.inputs.items()
+                   if n not in self.may_modify and not _unchanged(given[n], x)]
+        right = self.same(got, want)
+        if right and not changed:
+            return
+        hint = "Apart from that, your answer is right." if right else self.diagnose(got, want, case)
+        if changed:
+            hint = _IN_PLACE.format(changed[0]) + (" " if right else " Compared with the right "
+                                                   "answer: ") + hint
+        raise ExerciseError(hint)
+
+    def diagnose(self, got: Any, want: Any, case: Case) -> str:
+        """The hint of the first mistake that explains ``got``, else what differs."""
+        fields = _fields(case, got, want)
+        for m in () if case.hint else self.mistakes:
+            if m.when is not None and _holds(m.when, fields) or any(
+                    self._shows(wrong, got, want, case) for wrong in m.wrong):
+                return _format(m.hint, fields)
+        names = self.returns if isinstance(self.returns, str) else list(self.returns)
+        text = _describe(got, want, _format(names, fields), case.where, self.atol, self.rtol)
+        advice = case.hint or case.otherwise or self.otherwise
+        return f"{text}. {_format(advice, fields)}" if advice else text
+
+    def _shows(self, wrong: Callable[..., Any], got: Any, want: Any, case: Case) -> bool:
+        """``wrong`` gives ``got`` on this case, and that is not the right answer."""
+        try:
+            theirs = self.call(wrong, copy.deepcopy(case.inputs), want)
+        except Exception:  # this mistake cannot even run on these inputs
+            return False
+        return not self.same(theirs, want) and self.same(got, theirs)
+
+
+@contextlib.contextmanager
+def _global_rng_kept() -> Iterator[None]:
+    states = torch.random.get_rng_state(), random.getstate(), np.random.get_state()
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(states[0])
+        random.setstate(states[1])
+        np.random.set_state(states[2])
+
+
+def _fields(case: Case, got: Any = None, want: Any = None) -> dict[str, Any]:
+    return {**case.inputs, "where": case.where, "got": got, "want": want,
+            "got_type": type(got).__name__}
+
+
+class _FieldError(TypeError):
+    """A predicate or hint asks for a field that does not exist: a bug in the checker."""
+
+
+def _holds(predicate: Callable[..., Any], fields: Mapping[str, Any]) -> bool:
+    try:
+        return bool(_call_with(predicate, fields))
+    except _FieldError:
+        raise
+    except Exception:
+        return False
+
+
+def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any]) -> Any:
+    """Call ``fn`` with the fields its parameters name; one it names that does not exist is a
+    bug in the checker, so that fails loudly (through :func:`_holds` too)."""
+    params = inspect.signature(fn).parameters.values()
+    missing = [p.name for p in params if p.name not in fields and p.default is p.empty]
+    if missing:
+        raise _FieldError(f"{fn} asks for {missing}; the fields are {sorted(fields)}")
+    return fn(**{p.name: fields[p.name] for p in params if p.name in fields})
+
+
+class _Formatter(string.Formatter):
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return super().format_field(tuple(value) if isinstance(value, torch.Size) else value,
+                                    format_spec)
+
+
+def _format(hint: str | Sequence[str] | Callable[..., str], fields: Mapping[str, Any]) -> Any:
+    if callable(hint):
+        return _call_with(hint, fields)
+    if isinstance(hint, str):
+        return _Formatter().vformat(hint, (), fields)
+    return [_format(h, fields) for h in hint]
+
+
+# -- comparing answers, and saying what differs ----------------------------------------------
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Number) and not isinstance(x, bool)
+
+
+def _numbers_like(got: Any, want: Any) -> Any:
+    """Where ``want`` is a Python number, a NumPy scalar or one-element tensor stands for one."""
+    one = isinstance(got, np.generic) or isinstance(got, Tensor) and got.numel() == 1
+    if _is_number(want) and one:
+        return got.item()
+    if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(want):
+        return type(got)(_numbers_like(g, w) for g, w in zip(got, want, strict=True))
+    return got
+
+
+def _same_kind(a: torch.dtype, b: torch.dtype) -> bool:
+    return a == b or (a.is_floating_point and b.is_floating_point)
+
+
+def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
+    if isinstance(want, Tensor):
+        if not (isinstance(got, Tensor) and got.shape == want.shape
+                and _same_kind(got.dtype, want.dtype)):
+            return False
+        if want.is_floating_point():
+            return close(got, want, atol, rtol)
+        return bool(torch.equal(got, want))
+    if isinstance(want, (tuple, list)):
+        return (isinstance(got, (tuple, list)) and len(got) == len(want)
+                and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True)))
+    if isinstance(want, Mapping):
+        return isinstance(got, Mapping) and all(k in got and _same(got[k], w, atol, rtol)
+                                                for k, w in want.items())
+    if _is_number(want):
+        return _is_number(got) and (got == want if isinstance(want, numbers.Integral)
+                                    else abs(got - want) <= atol + rtol * abs(want))
+    return bool(got == want)
+
+
+def _unchanged(now: Any, before: Any) -> bool:
+    if isinstance(before, torch.Generator):  # drawing from a generator is what it is for
+        return True
+    if isinstance(before, torch.nn.Module):
+        now, before = now.state_dict(), before.state_dict()
+    if isinstance(before, Tensor):
+        same_kind = (now.shape, now.dtype) == (before.shape, before.dtype)
+        return same_kind and bool(torch.equal(now, before))
+    if isinstance(before, Mapping):
+        return now.keys() == before.keys() and all(_unchanged(now[k], v) for k, v in before.items())
+    if isinstance(before, (list, tuple)):
+        return len(now) == len(before) and all(
+            _unchanged(n, b) for n, b in zip(now, before, strict=True))
+    return bool(now == before)
+
+
+def _brief(x: Any) -> str:
+    if isinstance(x, (Tensor, torch.nn.Module)):
+        return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
+    return repr(x) if len(repr(x)) <= 40 else repr(x)[:37] + "..."
+
+
+def _show(x: Any) -> str:
+    """A value as a learner writes it: 1,050,624; 0.0123; (2, 8, 5, 64)."""
+    if isinstance(x, (tuple, list)):
+        inner = ", ".join(map(_show, x)) + ("," if len(x) == 1 and isinstance(x, tuple) else "")
+        return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
+    if not _is_number(x):
+        return repr(x)
+    return f"{x:,}" if isinstance(x, numbers.Integral) else f"{x:.4g}"
+
+
+def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: float,
+              rtol: float) -> str:
+    """What differs between ``got`` and ``want``, in words: type, shape, dtype or entries."""
+    if isinstance(names, list):  # a tuple of results, one name each
+        if not isinstance(got, (tuple, list)) or len(got) != len(names):
+            what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
+            count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
+            return f"your function should return {count} ({', '.join(names)}), got {what}"
+        parts = [(g, w, n) for g, w, n in zip(got, want, names, strict=True)
+                 if not _same(g, w, atol, rtol)]
+        if not parts:  # only the checker's own compare tells them apart
+            return f"your answer differs from the right one {where}".strip()
+        return _describe(*parts[0], where, atol, rtol)
+    label = f"{names} {where}".strip()
+    if isinstance(want, Tensor):
+        if not isinstance(got, Tensor):
+            return f"{label} should be a torch.Tensor, got {type(got).__name__}"
+        if got.shape != want.shape:
+            return f"{label} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        if not _same_kind(got.dtype, want.dtype):
+            return f"{label} has dtype {got.dtype}, expected {want.dtype}"
+        return _entries(got, want, label, atol, rtol)
+    if _is_number(want) and not _is_number(got):
+        return f"{label} should be a number, got {type(got).__name__}"
+    return f"{label} is {_show(got)}, expected {_show(want)}"
+
+
+def _entries(got: Tensor, want: Tensor, label: str, atol: float, rtol: float) -> str:
+    """Which entries of two tensors of one shape differ, and by how much."""
+    g, w = got.double(), want.double()
+    if not want.is_floating_point():
+        bad, by = g != w, ""
+    elif (~torch.isfinite(g) & torch.isfinite(w)).any():
+        bad = ~torch.isfinite(g) & torch.isfinite(w)
+        return (f"{label} holds inf or NaN in {int(bad.sum())} of {bad.numel()} entries, the first "
+                f"at {_first(bad)}")
+    else:
+        bad = ~torch.isclose(g, w, rtol=rtol, atol=atol)
+        by = f", by up to {float((g - w).abs()[bad].max()):.3g}"
+    at = _first(bad)
+    shown = _show(got[tuple(at)].item()), _show(want[tuple(at)].item())
+    return (f"{label} differs from the right answer in {int(bad.sum())} of {bad.numel()} "
+            f"entries{by}; the first at {at}: {shown[0]} instead of {shown[1]}")
+
+
+def _first(mask: Tensor) -> list[int]:
+    return mask.nonzero()[0].tolist()

@@ -1,0 +1,392 @@
+"""A decoder-only language model from the package's decoder layers: loss, training, sampling.
+
+Explained in the chapter "From the paper to a language model" (``book/lm``). Today's language
+models (GPT and its successors) keep only the paper's decoder, without cross-attention: token
+ids ``(B, T)`` in, logits ``(B, T, V)`` out, where the logits at position ``t`` predict token
+``t + 1`` from tokens ``0 .. t``. Read top to bottom:
+
+* :class:`DecoderOnlyTransformer`: embedding, positions, ``Decoder(cross_attention=False)``,
+  the output projection;
+* :func:`lm_loss` and :func:`evaluate_lm`: the shifted next-token cross-entropy;
+* :func:`train_lm`: AdamW on random windows of a token stream;
+* :func:`next_token_probs` and :func:`generate`: greedy decoding and seeded sampling with a
+  temperature and top-k, with or without the KV cache (same tokens);
+* :func:`bigram_log_probs` and :func:`bigram_loss`: the baseline a model must beat;
+* :func:`pydoc_split` and :func:`encode_corpus`: the corpus that ships with Python.
+
+Shape letters: ``B`` batch, ``T`` positions, ``V`` vocabulary, ``N`` tokens of a stream.
+Perplexity is ``exp`` of the mean cross-entropy in nats: the number of tokens the model is,
+on average, as unsure between as a uniform choice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from minitransformer._checks import finite_float, module, positive_int, probability, tensor
+from minitransformer.attention import causal_mask
+from minitransformer.data import PAD_ID
+from minitransformer.kv_cache import KVCache
+from minitransformer.model import Decoder
+from minitransformer.positional import PositionalEncoding
+
+__all__ = [
+    "DecoderOnlyTransformer",
+    "lm_loss",
+    "evaluate_lm",
+    "train_lm",
+    "next_token_probs",
+    "generate",
+    "bigram_log_probs",
+    "bigram_loss",
+    "pydoc_split",
+    "encode_corpus",
+]
+
+
+class DecoderOnlyTransformer(nn.Module):
+    """A GPT-style language model: ``(B, T)`` ids -> ``(B, T, V)`` next-token logits.
+
+    Token embedding times ``sqrt(d_model)`` plus the sinusoidal
+    :class:`~minitransformer.positional.PositionalEncoding`, a
+    :class:`~minitransformer.model.Decoder` stack without cross-attention (pre-LN by default,
+    as GPT-2; ``norm_first=False`` is the paper's post-LN), and an output projection, tied to
+    the embedding by default (the paper, section 3.4; GPT-2 too). The causal mask is always
+    applied. Initialisation as :class:`~minitransformer.model.Transformer`. Section "A
+    decoder-only model".
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        d_model: int,
+        num_heads: int,
+        num_layers: int,
+        d_ff: int,
+        max_len: int,
+        dropout: float = 0.1,
+        tie_embeddings: bool = True,
+        norm_first: bool = True,
+    ) -> None:
+        super().__init__()
+        self.vocab_size = positive_int("vocab_size", vocab_size)
+        self.d_model = positive_int("d_model", d_model)
+        self.num_heads = positive_int("num_heads", num_heads)
+        self.max_len = positive_int("max_len", max_len)
+        self.tie_embeddings = bool(tie_embeddings)
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout=probability("dropout", dropout))
+        self.decoder = Decoder(
+            num_layers=positive_int("num_layers", num_layers), d_model=d_model,
+            num_heads=num_heads, d_ff=positive_int("d_ff", d_ff), dropout=dropout,
+            norm_first=norm_first, cross_attention=False)
+        self.output = nn.Linear(d_model, vocab_size, bias=False)  # pre-softmax projection
+        for p in self.decoder.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+        for weight in (self.embed.weight, self.output.weight):
+            nn.init.normal_(weight, mean=0.0, std=d_model**-0.5)
+        if tie_embeddings:
+            self.output.weight = self.embed.weight  # one (V, d_model) matrix, two uses
+
+    def forward(self, tokens: Tensor, *, cache: KVCache | None = None) -> Tensor:
+        """``tokens`` ``(B, T)`` -> logits ``(B, T, V)``.
+
+        With a :class:`~minitransformer.kv_cache.KVCache` (chapter "Inference"), ``tokens``
+        are the ``T`` *new* tokens, at positions ``cache.length .. cache.length + T - 1``;
+        their keys and values are appended to the cache. Feeding a sequence in pieces gives
+        the logits of feeding it whole.
+        """
+        tensor("tokens", tokens, kind="int", ndim=2, what="(B, T)")
+        T = tokens.shape[1]
+        start = 0 if cache is None else cache.length  # positions already cached
+        if T == 0 or start + T > self.max_len:
+            raise ValueError(f"tokens {tuple(tokens.shape)} must hold 1 to max_len={self.max_len} "
+                             f"positions (with {start} cached before them)")
+        if tokens.device.type != "meta":
+            lo, hi = (int(x) for x in torch.aminmax(tokens))
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(f"tokens holds ids in [{lo}, {hi}], outside the vocabulary "
+                                 f"[0, {self.vocab_size})")
+        # New position start + t may attend to positions 0 .. start + t; a single new
+        # position may attend to everything, so it needs no mask.
+        mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]
+        # mask: (T, start + T), broadcast over B and h
+        x = self.positional(self.embed(tokens) * math.sqrt(self.d_model), start)  # (B, T, d_model)
+        x = self.decoder(x, None, tgt_mask=mask, cache=cache)  # (B, T, d_model)
+        return self.output(x)  # (B, T, V)
+
+
+# -- the loss -----------------------------------------------------------------------------
+
+
+def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> Tensor:
+    """The causal language-modelling loss of ``tokens`` ``(B, T + 1)``: the model reads
+    ``tokens[:, :-1]`` and each position must predict the next token, ``tokens[:, 1:]``.
+
+    Returns the mean cross-entropy in nats (a 0-d tensor, differentiable), over the targets
+    that are not ``pad_id`` (None: all of them). Section "The language-modelling loss".
+    """
+    module("model", model)
+    tensor("tokens", tokens, kind="int", ndim=2, what="(B, T + 1)")
+    if tokens.shape[1] < 2:
+        raise ValueError(f"tokens must be (B, T + 1) with T + 1 >= 2, got {tuple(tokens.shape)}")
+    logits = model(tokens[:, :-1])  # (B, T, V)
+    targets = tokens[:, 1:]  # (B, T): shifted left by one
+    ignore = -100 if pad_id is None else pad_id  # no id is -100: nothing is ignored
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore)
+
+
+def _check_stream(name: str, tokens: Tensor, min_len: int) -> Tensor:
+    tensor(name, tokens, kind="int", ndim=1, what="(N,)")
+    if tokens.shape[0] < min_len:
+        raise ValueError(f"{name} must hold at least {min_len} tokens, got {tokens.shape[0]}")
+    return tokens
+
+
+@torch.no_grad()
+def evaluate_lm(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: int = 32) -> float:
+    """The model's mean cross-entropy (nats per token) on a stream ``tokens`` ``(N,)``.
+
+    Every token but the first is predicted once: the stream is cut into windows of
+    ``seq_len + 1`` tokens that overlap by one (the last may be shorter), so the targets are
+    exactly those of :func:`bigram_loss`; each sees at most ``seq_len`` tokens of context.
+    Runs in eval mode (no dropout) and leaves the model's mode as it was. ``exp`` of the
+    result is the perplexity.
+    """
+    module("model", model)
+    seq_len = positive_int("seq_len", seq_len)
+    batch_size = positive_int("batch_size", batch_size)
+    _check_stream("tokens", tokens, 2)
+    starts = list(range(0, tokens.shape[0] - 1, seq_len))
+    full = [s for s in starts if s + seq_len + 1 <= tokens.shape[0]]
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    try:
+        batches = [torch.stack([tokens[s : s + seq_len + 1] for s in full[i : i + batch_size]])
+                   for i in range(0, len(full), batch_size)]
+        if len(full) < len(starts):  # the shorter last window, alone
+            batches.append(tokens[starts[-1] :][None])
+        for batch in batches:  # (b, seq_len + 1)
+            total += float(lm_loss(model, batch)) * batch[:, 1:].numel()
+    finally:
+        model.train(was_training)
+    return total / (tokens.shape[0] - 1)
+
+
+# -- training -----------------------------------------------------------------------------
+
+
+def train_lm(
+    model: nn.Module,
+    tokens: Tensor,
+    *,
+    steps: int,
+    seq_len: int,
+    batch_size: int,
+    lr: float = 1e-3,
+    warmup_steps: int = 100,
+    weight_decay: float = 0.01,
+    clip_grad_norm: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> list[float]:
+    """Train ``model`` as a causal LM on a token stream ``tokens`` ``(N,)``; return the loss of
+    each step. Section "Training the model".
+
+    Each step takes ``batch_size`` windows of ``seq_len + 1`` tokens at random offsets (drawn
+    with ``generator``), computes :func:`lm_loss`, clips the gradient norm and takes one AdamW
+    step. The learning rate rises linearly to ``lr`` over ``warmup_steps`` steps, then decays
+    along a cosine to ``lr / 10`` at the last step. Dropout draws from torch's global
+    generator: seed it (``torch.manual_seed``) for a reproducible run. Leaves the model in
+    train mode.
+    """
+    module("model", model)
+    steps = positive_int("steps", steps)
+    seq_len = positive_int("seq_len", seq_len)
+    batch_size = positive_int("batch_size", batch_size)
+    warmup_steps = positive_int("warmup_steps", warmup_steps)
+    lr = finite_float("lr", lr, low=0.0, low_open=True)
+    clip_grad_norm = finite_float("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True)
+    _check_stream("tokens", tokens, seq_len + 1)
+    windows = tokens.unfold(0, seq_len + 1, 1)  # (N - seq_len, seq_len + 1), a view
+
+    def schedule(step: int) -> float:  # factor on lr before update step + 1
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98),
+                                  weight_decay=finite_float("weight_decay", weight_decay, low=0.0))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        offsets = torch.randint(0, windows.shape[0], (batch_size,), generator=generator)
+        loss = lm_loss(model, windows[offsets.to(tokens.device)])  # batch (B, seq_len + 1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+# -- generation ---------------------------------------------------------------------------
+
+
+def next_token_probs(
+    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None
+) -> Tensor:
+    """The sampling distribution ``(B, V)`` for next-token logits ``(B, V)``.
+
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest logits (ties with
+    the k-th are kept) and renormalised; ``top_k=None`` keeps all. A temperature below 1
+    sharpens the distribution, above 1 flattens it. Section "Sampling".
+    """
+    tensor("logits", logits, kind="float", ndim=2, what="(B, V)")
+    temperature = finite_float("temperature", temperature, low=0.0, low_open=True)
+    logits = logits.float() / temperature
+    if top_k is not None and positive_int("top_k", top_k) < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.softmax(logits, dim=-1)  # (B, V)
+
+
+def generate(
+    model: nn.Module,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    pad_id: int = PAD_ID,
+    use_cache: bool = True,
+    cache: KVCache | None = None,
+) -> Tensor:
+    """Continue ``prompt`` ``(B, T0)`` by ``max_new_tokens`` tokens: ``(B, T0 + n)`` ids.
+
+    Each step draws the next token from :func:`next_token_probs` with ``generator`` (seeded:
+    the same tokens every run), or takes the most likely one when ``temperature=0`` (greedy).
+    A row that produces ``eos_id`` is filled with ``pad_id`` after it, and generation stops
+    early once every row has. The whole output must fit ``model.max_len`` positions.
+
+    ``use_cache=True`` feeds the prompt once and then one token per step, keeping the keys and
+    values of earlier positions in a :class:`~minitransformer.kv_cache.KVCache` (``cache``: an
+    empty one to use, to inspect it afterwards); ``False`` re-reads the whole sequence every
+    step. Both give the same tokens. Does not change the model's mode: call ``model.eval()``
+    first. Section "Sampling".
+    """
+    module("model", model)
+    tensor("prompt", prompt, kind="int", ndim=2, what="(B, T0)")
+    max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    temperature = finite_float("temperature", temperature, low=0.0)
+    B, T0 = prompt.shape
+    if T0 == 0 or T0 + max_new_tokens > model.max_len:
+        raise ValueError(f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
+                         f"must fit 1 to max_len={model.max_len} positions")
+    if cache is not None and (not use_cache or cache.length):
+        raise ValueError(f"cache must be an empty KVCache and use_cache True, got a cache of "
+                         f"length {cache.length} and use_cache={use_cache}")
+    if use_cache and cache is None:
+        cache = KVCache.for_model(model, T0 + max_new_tokens)
+    out = torch.full((B, T0 + max_new_tokens), pad_id, dtype=torch.long, device=prompt.device)
+    out[:, :T0] = prompt
+    finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    length = T0
+    with torch.inference_mode():  # no autograd bookkeeping: many small steps
+        while length < T0 + max_new_tokens:
+            if not use_cache:
+                logits = model(out[:, :length])[:, -1]  # (B, V): the whole sequence again
+            else:  # the prompt at the first step, then only the newest token
+                logits = model(out[:, cache.length : length], cache=cache)[:, -1]  # (B, V)
+            if temperature == 0:
+                next_token = logits.argmax(dim=-1)  # (B,)
+            else:
+                probs = next_token_probs(logits, temperature=temperature, top_k=top_k)
+                next_token = torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
+            if eos_id is not None:
+                next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
+                finished |= next_token == eos_id
+            out[:, length] = next_token
+            length += 1
+            if eos_id is not None and bool(finished.all()):
+                break
+    return out[:, :length]  # (B, T0 + n)
+
+
+# -- the bigram baseline ------------------------------------------------------------------
+
+
+def bigram_log_probs(tokens: Tensor, vocab_size: int, *, alpha: float = 1.0) -> Tensor:
+    """A bigram model fitted on a stream ``tokens`` ``(N,)``: ``(V, V)`` log-probabilities,
+    row ``a`` = ``log P(next | a)``.
+
+    Add-``alpha`` smoothing: ``P(b | a) = (count(a, b) + alpha) / (count(a) + alpha V)``
+    (``alpha = 1``: Laplace's add-one), so that no pair has probability zero. Section "A
+    baseline to beat".
+    """
+    vocab_size = positive_int("vocab_size", vocab_size)
+    alpha = finite_float("alpha", alpha, low=0.0, low_open=True)
+    _check_stream("tokens", tokens, 2)
+    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
+        raise ValueError(f"tokens holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
+                         f"outside the vocabulary [0, {vocab_size})")
+    pairs = tokens[:-1] * vocab_size + tokens[1:]  # (N - 1,) one index per (a, b)
+    counts = torch.bincount(pairs, minlength=vocab_size * vocab_size)
+    counts = counts.reshape(vocab_size, vocab_size).double()  # (V, V): count(a, b)
+    return torch.log((counts + alpha) / (counts.sum(1, keepdim=True) + alpha * vocab_size))
+
+
+def bigram_loss(log_probs: Tensor, tokens: Tensor) -> float:
+    """The mean cross-entropy (nats per token) of a bigram model ``(V, V)`` on ``tokens``
+    ``(N,)``: ``-mean log P(tokens[i + 1] | tokens[i])``, the targets of :func:`evaluate_lm`."""
+    tensor("log_probs", log_probs, kind="float", ndim=2, what="(V, V)")
+    if log_probs.shape[0] != log_probs.shape[1]:
+        raise ValueError(f"log_probs must be a square (V, V) table, got {tuple(log_probs.shape)}")
+    _check_stream("tokens", tokens, 2)
+    if int(tokens.max()) >= log_probs.shape[0]:
+        raise ValueError(f"tokens hold ids up to {int(tokens.max())}, outside the table's "
+                         f"vocabulary of {log_probs.shape[0]} (log_probs)")
+    return float(-log_probs[tokens[:-1], tokens[1:]].mean())
+
+
+# -- the corpus ---------------------------------------------------------------------------
+
+
+def pydoc_split() -> tuple[list[str], list[str]]:
+    """Python's own documentation as ``(training, held_out)`` lists of documents.
+
+    ``pydoc_data.topics`` ships with Python (79 topics, about 465,000 characters with Python
+    3.11; the text changes with the Python version). Sorted by name, every eighth topic from
+    the third (``i % 8 == 2``) is held out: 10 topics, about 10 % of the characters.
+    """
+    from pydoc_data.topics import topics
+
+    names = sorted(topics)
+    train = [topics[name] for i, name in enumerate(names) if i % 8 != 2]
+    held_out = [topics[name] for i, name in enumerate(names) if i % 8 == 2]
+    return train, held_out
+
+
+def encode_corpus(tokenizer, texts: Iterable[str]) -> Tensor:
+    """One ``(N,)`` long tensor of token ids: each document's ids followed by the tokenizer's
+    ``eos_id`` (``<|endoftext|>``), as GPT-2's training data separates documents."""
+    if not (callable(getattr(tokenizer, "encode", None)) and hasattr(tokenizer, "eos_id")):
+        raise TypeError(f"tokenizer must have encode() and eos_id (a BPETokenizer), got "
+                        f"{type(tokenizer).__name__}")
+    ids: list[int] = []
+    for text in texts:
+        ids += tokenizer.encode(text)
+        ids.append(tokenizer.eos_id)
+    return torch.tensor(ids, dtype=torch.long)

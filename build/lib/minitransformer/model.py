@@ -1,0 +1,613 @@
+"""The encoder–decoder Transformer of "Attention Is All You Need", batch-first.
+
+Chapter "The encoder–decoder picture" (``book/encoder_decoder``); trained in "Training a
+Transformer" (``book/training``). Read top to bottom: :class:`FeedForward`,
+:class:`EncoderLayer`, :class:`DecoderLayer`, the :class:`Encoder` and :class:`Decoder`
+stacks, and the :class:`Transformer`; :func:`parameter_breakdown` counts parameters as the
+paper's Table 3 does.
+
+Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``h`` heads, ``V`` vocabulary.
+Masks are boolean, True = may attend (``torch.nn.Transformer*`` uses the opposite):
+
+* ``src_mask`` ``(B, 1, 1, S)`` or ``(1, 1, 1, S)`` hides source padding, in the encoder's
+  self-attention and the decoder's cross-attention;
+* ``tgt_mask``, the decoder's self-attention mask: ``(T, T)``, ``(B, 1, T, T)``,
+  ``(B, 1, 1, T)`` or ``(B, h, T, T)`` (with a KV cache the last size is cache length + T).
+
+Sub-layers (section "The sub-layer recipe"): post-LN (``norm_first=False``, the paper)
+computes ``LayerNorm(x + Dropout(Sublayer(x)))``; pre-LN ``x + Dropout(Sublayer(LayerNorm(x)))``,
+and the stack then ends with one more LayerNorm.
+
+Attention weights are kept only when asked: :meth:`Transformer.attention_weights` runs a
+pass that records them, or set a layer's ``store_weights``. Otherwise attention runs PyTorch's
+fused kernel, which never materialises them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from minitransformer._checks import positive_int, probability, tensor
+from minitransformer.attention import MultiHeadAttention, causal_mask, check_mask
+from minitransformer.kv_cache import KVCache, LayerCache
+from minitransformer.positional import PositionalEncoding
+
+__all__ = [
+    "FeedForward",
+    "EncoderLayer",
+    "DecoderLayer",
+    "Encoder",
+    "Decoder",
+    "Transformer",
+    "parameter_breakdown",
+]
+
+
+def _keep(layer: nn.Module, name: str, weights: Tensor | None) -> None:
+    """Store the detached attention ``weights`` on ``layer`` (only set when there is
+    something to change: an nn.Module attribute write costs microseconds)."""
+    if weights is not None or getattr(layer, name) is not None:
+        setattr(layer, name, None if weights is None else weights.detach())
+
+
+def _check_stream(name: str, x: Tensor, d_model: int, what: str) -> None:
+    """``x`` must be a float ``(B, L, d_model)`` tensor (``what`` names the shape)."""
+    tensor(name, x, kind="float")
+    if x.dim() != 3 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must have shape {what} with d_model={d_model}, got {tuple(x.shape)}")
+
+
+class FeedForward(nn.Module):
+    """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` at every position: ``(B, L, d_model) ->
+    (B, L, d_model)`` through width ``d_ff``; dropout on the hidden activations, as in
+    :class:`torch.nn.TransformerEncoderLayer`."""
+
+    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(positive_int("d_model", d_model), positive_int("d_ff", d_ff))
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(probability("dropout", dropout))
+
+    def forward(self, x: Tensor) -> Tensor:
+        _check_stream("x", x, self.linear1.in_features, "(B, L, d_model)")
+        hidden = torch.relu_(self.linear1(x))  # (B, L, d_ff); in place: no second d_ff tensor
+        if self.training:  # dropout acts in training only: no call otherwise
+            hidden = self.dropout(hidden)
+        return self.linear2(hidden)  # (B, L, d_model)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the FFN, each with residual and LayerNorm (section "The sub-layer
+    recipe"): ``(B, S, d_model) -> (B, S, d_model)``.
+
+    With ``store_weights = True`` a forward pass keeps the detached attention weights in
+    ``self_attn_weights`` ``(B, h, S, S)``; otherwise that is None.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
+                 norm_first: bool = False, head_dim: int | None = None) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)  # on each sub-layer's output, before the residual add
+        self.dropout2 = nn.Dropout(dropout)
+        self.store_weights = False
+        self.self_attn_weights: Tensor | None = None
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """``x`` ``(B, S, d_model)``; ``src_mask`` ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``."""
+        self._check_inputs(x, src_mask)
+        return self._forward(x, src_mask)
+
+    def _check_inputs(self, x: Tensor, src_mask: Tensor | None) -> None:
+        _check_stream("x", x, self.d_model, "(B, S, d_model)")
+        check_mask("src_mask", src_mask, (x.shape[0], 1, 1, x.shape[1]), allow_2d=False)
+
+    def _forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        """:meth:`forward` on checked inputs (the :class:`Encoder` checks once for all layers)."""
+        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+            x = x + self._self_attention(self.norm1(x), src_mask)
+            x = x + self._feed_forward(self.norm2(x))
+        else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
+            x = self.norm1(x + self._self_attention(x, src_mask))
+            x = self.norm2(x + self._feed_forward(x))
+        return x
+
+    def _self_attention(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, src_mask, need_weights=self.store_weights)
+        _keep(self, "self_attn_weights", weights)  # (B, h, S, S)
+        return self.dropout1(out) if self.training else out
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        out = self.feed_forward(x)
+        return self.dropout2(out) if self.training else out
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> EncoderLayer:
+        """A copy of a :class:`torch.nn.TransformerEncoderLayer` (``batch_first=True``, ReLU):
+        sizes, dropout, LayerNorm epsilon, ``norm_first``, dtype and device."""
+        _check_torch_layer(layer, nn.TransformerEncoderLayer, "EncoderLayer")
+        ours = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
+                   dropout=layer.dropout.p, norm_first=layer.norm_first)
+        ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
+        ours.self_attn._copy_torch_weights(layer.self_attn)
+        _copy_modules([(ours.feed_forward.linear1, layer.linear1), (ours.feed_forward.linear2, layer.linear2),
+                       (ours.norm1, layer.norm1), (ours.norm2, layer.norm2)])
+        return ours.train(layer.training)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output, FFN (section "The
+    sub-layer recipe"): ``x`` ``(B, T, d_model)`` and ``memory`` ``(B, S, d_model)`` to
+    ``(B, T, d_model)``.
+
+    ``cross_attention=False`` drops the cross-attention sub-layer (and ``norm2``,
+    ``dropout2``): the layer of a decoder-only model, called with ``memory=None``. With
+    ``store_weights = True`` a forward pass keeps the detached ``self_attn_weights``
+    ``(B, h, T, T)`` and ``cross_attn_weights`` ``(B, h, T, S)``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
+                 norm_first: bool = False, cross_attention: bool = True,
+                 head_dim: int | None = None) -> None:
+        super().__init__()
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
+        self.cross_attn = (MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
+                           if cross_attention else None)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout) if cross_attention else None
+        self.dropout3 = nn.Dropout(dropout)
+        self.store_weights = False
+        self.self_attn_weights: Tensor | None = None
+        self.cross_attn_weights: Tensor | None = None
+
+    def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, cache: LayerCache | None = None) -> Tensor:
+        """``tgt_mask`` must contain the causal mask (the layer adds none). With a
+        :class:`~minitransformer.kv_cache.LayerCache` (chapter "Inference"), ``x`` holds only
+        the new positions; ``tgt_mask``'s last size is then cache length + T."""
+        self._check_inputs(x, memory, src_mask, tgt_mask, cache)
+        return self._forward(x, memory, src_mask, tgt_mask, cache)
+
+    def _forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                 tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+        """:meth:`forward` on checked inputs (the :class:`Decoder` checks once for all layers)."""
+        cross = self.cross_attn is not None
+        if self.norm_first:  # pre-LN
+            x = x + self._self_attention(self.norm1(x), tgt_mask, cache)
+            if cross:
+                x = x + self._cross_attention(self.norm2(x), memory, src_mask, cache)
+            x = x + self._feed_forward(self.norm3(x))
+        else:  # post-LN (the paper)
+            x = self.norm1(x + self._self_attention(x, tgt_mask, cache))
+            if cross:
+                x = self.norm2(x + self._cross_attention(x, memory, src_mask, cache))
+            x = self.norm3(x + self._feed_forward(x))
+        return x
+
+    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+        out, weights = self.self_attn(x, x, x, tgt_mask, need_weights=self.store_weights,
+                                      cache=None if cache is None else cache.self_attn)
+        _keep(self, "self_attn_weights", weights)  # (B, h, T, T)
+        return self.dropout1(out) if self.training else out
+
+    def _cross_attention(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
+                         cache: LayerCache | None) -> Tensor:
+        # Queries come from the decoder, keys and values from the encoder output.
+        out, weights = self.cross_attn(x, memory, memory, src_mask, need_weights=self.store_weights,
+                                       cache=None if cache is None else cache.cross_attn)
+        _keep(self, "cross_attn_weights", weights)  # (B, h, T, S)
+        return self.dropout2(out) if self.training else out
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        out = self.feed_forward(x)
+        return self.dropout3(out) if self.training else out
+
+    def _check_inputs(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                      tgt_mask: Tensor | None, cache: LayerCache | None) -> None:
+        _check_stream("x", x, self.d_model, "(B, T, d_model)")
+        B, T = x.shape[:2]
+        if cache is not None and not isinstance(cache, LayerCache):
+            raise TypeError(f"cache must be a LayerCache, got {type(cache).__name__}")
+        length = T if cache is None else cache.self_attn.length + T
+        check_mask("tgt_mask", tgt_mask, (B, self.self_attn.num_heads, T, length))
+        if (memory is None) != (self.cross_attn is None):
+            raise ValueError(
+                "memory must be given exactly when the layer has cross-attention "
+                f"(cross_attention={self.cross_attn is not None}), got "
+                f"{'None' if memory is None else tuple(memory.shape)}"
+            )
+        if memory is not None:
+            _check_stream("memory", memory, self.d_model, "(B, S, d_model)")
+            if memory.shape[0] != B:
+                raise ValueError(f"batch sizes differ: x {tuple(x.shape)} vs memory {tuple(memory.shape)}")
+            check_mask("src_mask", src_mask, (B, 1, 1, memory.shape[1]), allow_2d=False)
+            if cache is not None and cache.cross_attn is None:
+                raise ValueError("the cache has no cross-attention entry (decoder-only cache)")
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> DecoderLayer:
+        """A copy of a :class:`torch.nn.TransformerDecoderLayer` (``batch_first=True``, ReLU):
+        sizes, dropout, LayerNorm epsilon, ``norm_first``, dtype and device."""
+        _check_torch_layer(layer, nn.TransformerDecoderLayer, "DecoderLayer")
+        ours = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
+                   dropout=layer.dropout.p, norm_first=layer.norm_first)
+        ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
+        ours.self_attn._copy_torch_weights(layer.self_attn)
+        ours.cross_attn._copy_torch_weights(layer.multihead_attn)
+        _copy_modules([(ours.feed_forward.linear1, layer.linear1), (ours.feed_forward.linear2, layer.linear2),
+                       (ours.norm1, layer.norm1), (ours.norm2, layer.norm2), (ours.norm3, layer.norm3)])
+        return ours.train(layer.training)
+
+
+class Encoder(nn.Module):
+    """``num_layers`` :class:`EncoderLayer` s: ``(B, S, d_model) -> (B, S, d_model)``.
+
+    ``final_norm`` (default: ``norm_first``) adds a LayerNorm after the last layer, which a
+    pre-LN stack needs; as :class:`torch.nn.TransformerEncoder` with ``norm=LayerNorm``.
+    """
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
+                 dropout: float = 0.1, norm_first: bool = False,
+                 final_norm: bool | None = None, head_dim: int | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
+                         head_dim=head_dim)
+            for _ in range(positive_int("num_layers", num_layers))
+        )
+        final_norm = norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(d_model) if final_norm else None
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """``src_mask``: ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``."""
+        self.layers[0]._check_inputs(x, src_mask)  # the same shapes for every layer
+        for layer in self.layers:
+            x = layer._forward(x, src_mask)  # (B, S, d_model)
+        return self.norm(x) if self.norm is not None else x
+
+    @classmethod
+    def from_torch(cls, stack: nn.TransformerEncoder) -> Encoder:
+        """A copy of a :class:`torch.nn.TransformerEncoder`, its final ``norm`` included."""
+        return _stack_from_torch(cls, stack, nn.TransformerEncoder, EncoderLayer)
+
+
+class Decoder(nn.Module):
+    """``num_layers`` :class:`DecoderLayer` s reading the encoder output ``memory``:
+    ``(B, T, d_model)`` and ``(B, S, d_model)`` to ``(B, T, d_model)``.
+
+    ``tgt_mask`` goes to every layer as is (include the causal mask; :meth:`Transformer.decode`
+    does). ``final_norm`` as in :class:`Encoder`; ``cross_attention=False`` builds a
+    decoder-only stack (``memory=None``).
+    """
+
+    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
+                 dropout: float = 0.1, norm_first: bool = False, final_norm: bool | None = None,
+                 cross_attention: bool = True, head_dim: int | None = None) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
+                         cross_attention=cross_attention, head_dim=head_dim)
+            for _ in range(positive_int("num_layers", num_layers))
+        )
+        final_norm = norm_first if final_norm is None else final_norm
+        self.norm = nn.LayerNorm(d_model) if final_norm else None
+
+    def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer."""
+        if cache is None:
+            layer_caches = [None] * len(self.layers)
+        elif not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        elif len(cache.layers) != len(self.layers):
+            raise ValueError(f"the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
+        else:
+            layer_caches = cache.layers
+        # The same shapes for every layer (their caches fill in step): check once.
+        self.layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
+        for layer, layer_cache in zip(self.layers, layer_caches):
+            x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
+        return self.norm(x) if self.norm is not None else x
+
+    @classmethod
+    def from_torch(cls, stack: nn.TransformerDecoder) -> Decoder:
+        """A copy of a :class:`torch.nn.TransformerDecoder`, its final ``norm`` included."""
+        return _stack_from_torch(cls, stack, nn.TransformerDecoder, DecoderLayer)
+
+
+class Transformer(nn.Module):
+    """The encoder–decoder Transformer (chapter "The encoder–decoder picture").
+
+    :meth:`encode`: source ids ``(B, S)`` -> memory ``(B, S, d_model)``; :meth:`decode`: target
+    ids ``(B, T)`` and memory -> logits ``(B, T, tgt_vocab_size)``; :meth:`forward` does both
+    (teacher forcing). Embeddings are scaled by ``sqrt(d_model)`` and summed with the
+    sinusoidal :class:`~minitransformer.positional.PositionalEncoding`.
+
+    ``tie_embeddings`` (paper, section 3.4): the target embedding and the output projection
+    (no bias) share one ``(V, d_model)`` matrix, and so does the source embedding if the
+    vocabularies have the same size. Initialisation: Xavier-uniform for every weight matrix of
+    the layers (each of W^Q, W^K, W^V on its own), ``N(0, 1/d_model)`` for the embeddings.
+    ``head_dim`` sets ``d_k = d_v`` apart from ``d_model / num_heads`` (the paper's Table 3,
+    rows (B)); by default ``d_k = d_model / h``.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        *,
+        d_model: int = 512,
+        num_heads: int = 8,
+        num_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        tie_embeddings: bool = True,
+        norm_first: bool = False,
+        max_len: int = 5000,
+        head_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.src_vocab_size = positive_int("src_vocab_size", src_vocab_size)
+        self.tgt_vocab_size = positive_int("tgt_vocab_size", tgt_vocab_size)
+        self.d_model = positive_int("d_model", d_model)
+        self.num_heads = positive_int("num_heads", num_heads)
+        self.max_len = positive_int("max_len", max_len)
+        self.norm_first, self.tie_embeddings = norm_first, tie_embeddings
+        sizes = dict(dropout=dropout, norm_first=norm_first, head_dim=head_dim)
+
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.positional = PositionalEncoding(d_model, max_len, dropout=dropout)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, **sizes)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, **sizes)
+        self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)  # pre-softmax projection
+
+        self._reset_parameters()
+        if tie_embeddings:
+            # One Parameter object, several modules: gradients from all uses add up.
+            self.output.weight = self.tgt_embed.weight  # both (V_tgt, d_model)
+            if src_vocab_size == tgt_vocab_size:
+                self.src_embed.weight = self.tgt_embed.weight
+
+    def _reset_parameters(self) -> None:
+        for module in (self.encoder, self.decoder):
+            for matrix in _weight_matrices(module):
+                nn.init.xavier_uniform_(matrix)
+        for weight in (self.src_embed.weight, self.tgt_embed.weight, self.output.weight):
+            nn.init.normal_(weight, mean=0.0, std=self.d_model ** -0.5)
+
+    # -- the model ------------------------------------------------------------------------
+    def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
+        """``(B, L)`` ids -> ``(B, L, d_model)``: ``sqrt(d_model) E[ids]`` plus the positions
+        ``start ..`` (``start`` = the cache length when decoding with a KV cache)."""
+        if not isinstance(embedding, nn.Embedding):
+            raise TypeError(f"embedding must be an nn.Embedding, got {type(embedding).__name__}")
+        start = positive_int("start", start, allow_zero=True)
+        self._check_tokens("tokens", tokens, embedding, start)
+        return self._embed(tokens, embedding, start)
+
+    def _embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
+        return self.positional(embedding(tokens) * math.sqrt(self.d_model), start)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source ids ``(B, S)`` -> memory ``(B, S, d_model)``; ``src_mask`` ``(B, 1, 1, S)``,
+        True at real tokens."""
+        self._check_tokens("src", src, self.src_embed)
+        check_mask("src_mask", src_mask, (src.shape[0], 1, 1, src.shape[1]), allow_2d=False)
+        return self.encoder(self._embed(src, self.src_embed), _unless_all_true(src_mask))
+
+    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
+               tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+        """Target ids ``(B, T)`` and memory ``(B, S, d_model)`` -> logits ``(B, T, V_tgt)``.
+
+        The causal mask is always applied, combined with ``tgt_mask`` by ``&``. With a
+        :class:`~minitransformer.kv_cache.KVCache` (chapter "Inference"), ``tgt`` holds only
+        the new tokens, at positions ``cache.length ..``; feeding a sequence in pieces gives
+        the logits of feeding it whole. The memory and ``src_mask`` are checked on the first
+        cached step; the cache remembers them.
+        """
+        start = 0 if cache is None else cache.length
+        self._check_tokens("tgt", tgt, self.tgt_embed, start)
+        B, T = tgt.shape
+        cross_mask = self._check_memory(memory, src_mask, B, cache)
+        check_mask("tgt_mask", tgt_mask, (B, self.num_heads, T, start + T))
+        if cache is None:
+            mask = causal_mask(T, device=tgt.device)  # (T, T)
+        elif T == 1:
+            mask = None  # one new position may attend to every cached position and itself
+        else:
+            mask = causal_mask(start + T, device=tgt.device)[start:]  # (T, start + T)
+        if tgt_mask is not None:
+            mask = tgt_mask if mask is None else mask & tgt_mask
+        x = self._embed(tgt, self.tgt_embed, start)  # (B, T, d_model)
+        x = self.decoder(x, memory, src_mask=cross_mask, tgt_mask=mask, cache=cache)
+        return self.output(x)  # (B, T, V_tgt)
+
+    def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: source ``(B, S)`` and shifted target ``(B, T)`` -> logits
+        ``(B, T, V_tgt)``."""
+        if isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() == tgt.dim() == 2:
+            if src.shape[0] != tgt.shape[0]:
+                raise ValueError(f"batch sizes differ: src {tuple(src.shape)} vs tgt {tuple(tgt.shape)}")
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+
+    @torch.no_grad()
+    def attention_weights(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
+                          tgt_mask: Tensor | None = None) -> dict[str, list[Tensor]]:
+        """The attention weights of a forward pass on ``(src, tgt)``, per layer, for plotting:
+        ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N,
+        "cross": [(B, h, T, S)] * N}``."""
+        layers = [*self.encoder.layers, *self.decoder.layers]
+        try:
+            for layer in layers:
+                layer.store_weights = True
+            self(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask)
+            return {
+                "encoder": [layer.self_attn_weights for layer in self.encoder.layers],
+                "decoder_self": [layer.self_attn_weights for layer in self.decoder.layers],
+                "cross": [layer.cross_attn_weights for layer in self.decoder.layers],
+            }
+        finally:
+            for layer in layers:
+                layer.store_weights = False
+                layer.self_attn_weights = None
+                if isinstance(layer, DecoderLayer):
+                    layer.cross_attn_weights = None
+
+    # -- input checks -------------------------------------------------------------------
+    def _check_tokens(self, name: str, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> None:
+        tensor(name, tokens)
+        if tokens.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
+        if tokens.dim() != 2:
+            raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
+        if tokens.device != embedding.weight.device:
+            raise ValueError(f"{name} is on {tokens.device}, the model on {embedding.weight.device}")
+        if start + tokens.shape[1] > self.max_len:
+            at = f" from position {start}" if start else ""
+            raise ValueError(
+                f"{name} has length {tokens.shape[1]}{at} > max_len={self.max_len} (shape "
+                f"{tuple(tokens.shape)}); build the model with a larger max_len"
+            )
+        if tokens.numel() and tokens.device.type != "meta":
+            lo, hi = (int(x) for x in torch.aminmax(tokens))  # one pass over the ids
+            if lo < 0 or hi >= embedding.num_embeddings:
+                raise ValueError(
+                    f"{name} holds ids in [{lo}, {hi}], outside the vocabulary "
+                    f"[0, {embedding.num_embeddings})"
+                )
+
+    def _check_memory(self, memory: Tensor, src_mask: Tensor | None, B: int,
+                      cache: KVCache | None) -> Tensor | None:
+        """Check ``memory`` and ``src_mask``, unless this cache's run already did; return the
+        mask cross-attention needs (None when nothing is padded)."""
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
+        checked = None if cache is None else cache.checked
+        if checked is not None and checked[0] is memory and checked[1] is src_mask:
+            return checked[2]  # later steps of a run: nothing new to check
+        _check_stream("memory", memory, self.d_model, "(B, S, d_model)")
+        if memory.shape[0] != B:
+            raise ValueError(f"batch sizes differ: tgt has {B} rows, memory {tuple(memory.shape)}")
+        check_mask("src_mask", src_mask, (B, 1, 1, memory.shape[1]), allow_2d=False)
+        cross_mask = _unless_all_true(src_mask)
+        if cache is not None:
+            cache.checked = (memory, src_mask, cross_mask)
+        return cross_mask
+
+
+def _unless_all_true(mask: Tensor | None) -> Tensor | None:
+    """``mask``, or None when it hides nothing (attention then skips the masking)."""
+    return None if mask is None or (mask.device.type != "meta" and bool(mask.all())) else mask
+
+
+def _weight_matrices(module: nn.Module):
+    """Every weight matrix of ``module`` in parameter order, each attention's packed
+    ``[W^Q; W^K; W^V]`` as its three blocks (so that each gets its own Xavier bound)."""
+    packed = {id(m.in_proj_weight): m for m in module.modules() if isinstance(m, MultiHeadAttention)}
+    for p in module.parameters():
+        if id(p) in packed:
+            attention = packed[id(p)]
+            yield from (attention.w_q.weight, attention.w_k.weight, attention.w_v.weight)
+        elif p.dim() > 1:
+            yield p
+
+
+# -- copies of torch layers ---------------------------------------------------------------
+
+
+def _check_torch_layer(layer: nn.Module, expected: type, kind: str) -> None:
+    """Reject torch layers whose computation our layers do not reproduce."""
+    if not isinstance(layer, expected):
+        raise TypeError(f"{kind}.from_torch needs a torch.nn.{expected.__name__}, got {type(layer).__name__}")
+    if not layer.self_attn.batch_first:
+        raise ValueError(f"{kind}.from_torch needs a layer built with batch_first=True")
+    act = getattr(layer, "activation", None)
+    if act is not F.relu and not isinstance(act, nn.ReLU):
+        raise ValueError(f"{kind}.from_torch needs activation='relu', got {act!r}")
+    if layer.self_attn.in_proj_weight is None:
+        raise ValueError(f"{kind}.from_torch needs packed q/k/v projections (kdim = vdim = d_model)")
+    if layer.self_attn.in_proj_bias is None or layer.linear1.bias is None or layer.norm1.bias is None:
+        raise ValueError(f"{kind}.from_torch needs a torch layer with biases (bias=True)")
+    kinds = {(p.dtype, p.device) for p in layer.parameters()}
+    if len(kinds) != 1:
+        raise ValueError(f"{kind}.from_torch needs parameters of one dtype and device, got {sorted(map(str, kinds))}")
+
+
+def _copy_modules(pairs: list[tuple[nn.Module, nn.Module]]) -> None:
+    """Copy weight, bias (and a LayerNorm's epsilon) from each torch module into ours."""
+    with torch.no_grad():
+        for ours, theirs in pairs:
+            ours.weight.copy_(theirs.weight)
+            ours.bias.copy_(theirs.bias)
+            if isinstance(ours, nn.LayerNorm):
+                ours.eps = theirs.eps
+
+
+def _stack_from_torch(cls: type, stack: nn.Module, expected: type, layer_cls: type) -> nn.Module:
+    if not isinstance(stack, expected):
+        raise TypeError(f"{cls.__name__}.from_torch needs a torch.nn.{expected.__name__}, "
+                        f"got {type(stack).__name__}")
+    layers = [layer_cls.from_torch(layer) for layer in stack.layers]
+    first = layers[0]
+    ours = cls(len(layers), first.d_model, first.self_attn.num_heads,
+               first.feed_forward.linear1.out_features, dropout=first.dropout1.p,
+               norm_first=first.norm_first, final_norm=stack.norm is not None)
+    ours.to(first.norm1.weight.device, first.norm1.weight.dtype)
+    ours.layers = nn.ModuleList(layers)
+    if stack.norm is not None:
+        _copy_modules([(ours.norm, stack.norm)])
+    return ours.train(stack.training)
+
+
+# -- parameter counts ---------------------------------------------------------------------
+
+
+def _count(params) -> int:
+    return sum(p.numel() for p in params)
+
+
+def parameter_breakdown(model: Transformer) -> dict[str, int]:
+    """Parameter counts of ``model``: ``embeddings``, ``encoder``, ``decoder`` and ``total``.
+
+    A matrix shared by tying is counted once (in ``embeddings``: source and target embeddings
+    and the output projection); the sinusoidal table is a buffer, not a parameter. ``total``
+    equals ``sum(p.numel() for p in model.parameters())``. Works on the ``meta`` device.
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    seen: set[int] = set()
+
+    def unique(module: nn.Module) -> list[Tensor]:
+        out = []
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+        return out
+
+    embeddings = _count(unique(model.src_embed) + unique(model.tgt_embed) + unique(model.output))
+    encoder = _count(unique(model.encoder))
+    decoder = _count(unique(model.decoder))
+    other = _count(unique(model))  # anything else (none today), so that total stays honest
+    return {
+        "embeddings": embeddings,
+        "encoder": encoder,
+        "decoder": decoder,
+        "total": embeddings + encoder + decoder + other,
+    }
