@@ -283,6 +283,33 @@ class MultiHeadAttention(nn.Module):
         out, weights = self._attend(q, k, v, mask, need_weights)  # 4. (B, h, T, d_v)
         return self.w_o(merge_heads(out)), weights  # 5. Concat(heads) W^O: (B, T, d_model)
 
+    def _cached_step(self, x: Tensor, cache: AttentionCache, memory: Tensor | None = None,
+                     mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` for one new query row with a cache, in eval mode, without weights:
+        ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast cached step
+        (:meth:`~minitransformer.model.Decoder.forward` says when it is used).
+
+        Self-attention (``memory`` None) appends the new key and value to ``cache``;
+        cross-attention reads the keys and values of ``memory`` from its filled static cache.
+        The same products and kernels as :meth:`forward`, so the same numbers; what it skips:
+        the input checks (the caller checks once), dropout, and with one query row, the
+        transposes of :func:`split_heads` and :func:`merge_heads`, which become views.
+        """
+        B = x.shape[0]
+        h, h_kv, d_k = self.num_heads, self.num_kv_heads, self.d_k
+        if memory is None:  # self-attention: Q, K and V of the new row in one product
+            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # (B, 1, (h + 2 h_kv) d_k)
+            q, k, v = qkv.view(B, h + 2 * h_kv, 1, d_k).split((h, h_kv, h_kv), dim=1)
+            k, v = cache.append(k, v)  # (B, h_kv, length, d_k), all positions so far
+        else:  # cross-attention: only Q is new; the memory's K and V are cached
+            cache.holds(memory)  # raises if the cache holds another encoder output
+            q = self.w_q(x).view(B, h, 1, d_k)  # (B, h, 1, d_k)
+            k, v = cache.get()  # (B, h_kv, S, d_k)
+        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, h, S, d_k)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, 1, d_v)
+        # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
+        return F.linear(out.view(B, 1, h * d_k), self.w_o.weight, self.w_o.bias)
+
     def _project(self, query: Tensor, key: Tensor, value: Tensor
                  ) -> tuple[Tensor, Tensor, Tensor]:
         """Q ``(B, h, T, d_k)``, K and V ``(B, h_kv, S, d_k)``; one matmul per input tensor."""

@@ -138,6 +138,19 @@ class AttentionCache:
             self.source = source
         return self._read(end)
 
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`update` of a self-attention cache without its checks, for the model's fast
+        cached step (:meth:`minitransformer.model.Decoder.forward`), whose keys and values
+        come from the same weights as the earlier steps'. Falls back to :meth:`update` (checks
+        included) for the first step, a new batch size, and when the buffers must grow."""
+        end = self.length + key.shape[2]
+        if (self.keys is None or self.static or end > self.keys.shape[2]
+                or key.shape[0] != self.keys.shape[0]):
+            return self.update(key, value)
+        self._write(self.length, end, key, value)
+        self.length = end
+        return self._read(end)
+
     def holds(self, source: Tensor) -> bool:
         """Whether this is a static cache filled from ``source`` (so its K/V can be reused).
 

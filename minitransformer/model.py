@@ -224,6 +224,30 @@ class DecoderLayer(nn.Module):
         out = self.feed_forward(x)
         return self.dropout3(out) if self.training else out
 
+    def _cached_step(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                     cache: LayerCache) -> Tensor:
+        """:meth:`_forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache, in
+        eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
+        over the layer's own parameters (see :meth:`Decoder.forward` for why)."""
+        ffn = self.feed_forward
+        norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
+        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+            x = x + self.self_attn._cached_step(_layer_norm(self.norm1, x), cache.self_attn)
+            if norm2 is not None and memory is not None:
+                x = x + self._cross_step(_layer_norm(norm2, x), memory, src_mask, cache)
+            x = x + _ffn(ffn, _layer_norm(self.norm3, x))
+        else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
+            x = _layer_norm(self.norm1, x + self.self_attn._cached_step(x, cache.self_attn))
+            if norm2 is not None and memory is not None:
+                x = _layer_norm(norm2, x + self._cross_step(x, memory, src_mask, cache))
+            x = _layer_norm(self.norm3, x + _ffn(ffn, x))
+        return x  # (B, 1, d_model)
+
+    def _cross_step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
+                    cache: LayerCache) -> Tensor:
+        assert self.cross_attn is not None and cache.cross_attn is not None  # as _forward
+        return self.cross_attn._cached_step(x, cache.cross_attn, memory, src_mask)
+
     def _check_inputs(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
                       tgt_mask: Tensor | None, cache: LayerCache | None) -> None:
         _check_stream("x", x, self.d_model, "(B, T, d_model)")
@@ -263,6 +287,18 @@ class DecoderLayer(nn.Module):
                        (ours.feed_forward.linear2, layer.linear2), (ours.norm1, layer.norm1),
                        (ours.norm2, layer.norm2), (ours.norm3, layer.norm3)])
         return ours.train(layer.training)
+
+
+def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """``norm(x)`` without the module call: what ``nn.LayerNorm.forward`` runs."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def _ffn(ffn: FeedForward, x: Tensor) -> Tensor:
+    """``ffn(x)`` in eval mode without the module calls: ``max(0, x W_1 + b_1) W_2 + b_2``."""
+    linear1, linear2 = ffn.linear1, ffn.linear2
+    hidden = torch.relu_(F.linear(x, linear1.weight, linear1.bias))  # (B, 1, d_ff)
+    return F.linear(hidden, linear2.weight, linear2.bias)
 
 
 class Encoder(nn.Module):
@@ -318,6 +354,7 @@ class Decoder(nn.Module):
         )
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model) if final_norm else None
+        self.fast_step = True  # False: cached steps take the module path too (see _can_step)
 
     def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
@@ -336,9 +373,42 @@ class Decoder(nn.Module):
             layer_caches = cache.layers
         # The same shapes for every layer (their caches fill in step): check once.
         layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
+        if cache is not None and tgt_mask is None and self._can_step(x, memory, cache):
+            for layer, entry in zip(layers, cache.layers, strict=True):
+                x = layer._cached_step(x, memory, src_mask, entry)  # (B, 1, d_model)
+            return _layer_norm(self.norm, x) if self.norm is not None else x
         for layer, layer_cache in zip(layers, layer_caches, strict=True):
             x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
         return self.norm(x) if self.norm is not None else x
+
+    def _can_step(self, x: Tensor, memory: Tensor | None, cache: KVCache) -> bool:
+        """Whether this call is one cached decoding step that the fast path computes.
+
+        Why a second path: a cached step of one token does little arithmetic (matrix-vector
+        products), so the Python around it counts. Through the modules a step makes ~45
+        module calls and ~140 ``nn.Module`` attribute look-ups, plus the helpers' checks,
+        which cost about as much as reading the weights (the benchmark
+        ``benchmarks/bench_kv_cache.py`` measures it). :meth:`DecoderLayer._cached_step`
+        makes the same products and kernels (the same numbers) with ``torch.nn.functional``
+        calls; what it skips: module calls, per-layer checks (the first layer's were run),
+        dropout, attention-weight bookkeeping, and, with one query row, the head transposes.
+
+        It applies to one new position (T = 1) with a KV cache and no ``tgt_mask``, in eval
+        mode, when no layer stores its attention weights or uses rotary embeddings, ``x`` has
+        the weights' dtype, and the cross-attention caches are filled (from the first step
+        on, which takes the module path), and ``fast_step`` is True (set it to False to compare
+        the two paths). Everything else takes the module path.
+        """
+        if not self.fast_step or x.shape[1] != 1 or self.training:
+            return False
+        first = cast(DecoderLayer, self.layers[0])
+        if x.dtype != first.self_attn.in_proj_weight.dtype or cache.length == 0:
+            return False
+        cross = cache.layers[0].cross_attn
+        if memory is not None and (cross is None or cross.source is None):
+            return False
+        return not any(layer.store_weights or layer.self_attn.rotary
+                       for layer in cast(Sequence[DecoderLayer], self.layers))
 
     @classmethod
     def from_torch(cls, stack: nn.TransformerDecoder) -> Decoder:

@@ -364,3 +364,130 @@ def test_cache_argument_checks():
     static.update(empty, empty, source=torch.zeros(1, 0, 8))
     with pytest.raises(ValueError, match="filled once"):
         static.update(empty, empty)
+
+
+# --------------------------------------------------------------------------------------------
+# The fast cached step (Decoder._can_step, DecoderLayer._cached_step): the same numbers as
+# the module path, and the module path wherever it does not apply.
+# --------------------------------------------------------------------------------------------
+
+
+def _count_fast_steps(monkeypatch) -> list[int]:
+    """Count the calls of DecoderLayer._cached_step (one per layer and fast step)."""
+    from minitransformer.model import DecoderLayer
+
+    calls = [0]
+    original = DecoderLayer._cached_step
+
+    def counted(self, *args):
+        calls[0] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(DecoderLayer, "_cached_step", counted)
+    return calls
+
+
+def _stepwise(model: Transformer, ys, memory, src_mask, cache_cls=None, *, fast: bool = True):
+    """Logits of feeding ``ys`` one token at a time through a cache of 4 preallocated
+    positions (so the buffers grow on the way)."""
+    model.decoder.fast_step = fast
+    cache = KVCache.for_model(model, max_len=4, cache_cls=cache_cls)
+    steps = [model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
+             for t in range(ys.shape[1])]
+    model.decoder.fast_step = True
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("int8", [False, True])
+def test_fast_step_gives_the_module_paths_logits_exactly(norm_first, padded, int8, monkeypatch):
+    from minitransformer.quantize import Int8AttentionCache
+
+    model = _model(11, norm_first)
+    src = _padded_sources(11, [6, 2, 4] if padded else [6, 6, 6])
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    ys = torch.randint(3, VOCAB, (3, 9), generator=torch.Generator().manual_seed(3))
+    calls = _count_fast_steps(monkeypatch)
+    cache_cls = Int8AttentionCache if int8 else None
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        module = _stepwise(model, ys, memory, src_mask, cache_cls, fast=False)
+        assert calls[0] == 0
+        fast = _stepwise(model, ys, memory, src_mask, cache_cls)
+        full = model.decode(ys, memory, src_mask=src_mask)
+    assert calls[0] == 8 * 2  # every step after the first, in both layers
+    assert torch.equal(fast, module)  # the same products and kernels: bit for bit
+    if not int8:
+        torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_fast_step_of_a_decoder_only_stack_with_gqa(num_kv_heads, monkeypatch):
+    from minitransformer.model import Decoder
+
+    torch.manual_seed(12)
+    stack = Decoder(2, 32, 4, 64, dropout=0.0, cross_attention=False, norm_first=True).eval()
+    for layer in stack.layers:
+        layer.self_attn = MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads).eval()
+    calls = _count_fast_steps(monkeypatch)
+    x = torch.randn(2, 6, 32)
+
+    class LM(torch.nn.Module):  # anything with decoder.layers
+        decoder = stack
+
+    def stepwise(fast: bool):
+        stack.fast_step = fast
+        cache = KVCache.for_model(LM(), max_len=2)
+        return torch.cat([stack(x[:, t : t + 1], None, cache=cache) for t in range(6)], dim=1)
+
+    with torch.no_grad():
+        module, fast = stepwise(False), stepwise(True)
+        full = stack(x, None, tgt_mask=causal_mask(6))
+    assert calls[0] == 5 * 2
+    assert torch.equal(fast, module)
+    torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_module_path_runs_where_the_fast_step_does_not_apply(monkeypatch):
+    model = _model(13)
+    src = _padded_sources(13, [5, 5])
+    token = torch.full((2, 1), BOS_ID)
+    calls = _count_fast_steps(monkeypatch)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=8)
+        model.decode(token, memory, cache=cache)  # the first step fills the cross-attention
+        assert calls[0] == 0
+        model.decode(token.repeat(1, 2), memory, cache=cache)  # two new tokens
+        model.decode(token, memory, tgt_mask=torch.ones(1, 1, 1, 4, dtype=torch.bool),
+                     cache=cache)
+        model.decoder.layers[1].store_weights = True  # the weights are wanted: module path
+        model.decode(token, memory, cache=cache)
+        assert model.decoder.layers[1].self_attn_weights.shape == (2, 4, 1, 5)
+        model.decoder.layers[1].store_weights = False
+        model.train()
+        model.decode(token, memory, cache=cache)
+        model.eval()
+        assert calls[0] == 0
+        model.decode(token, memory, cache=cache)
+        assert calls[0] == 2 and cache.length == 7
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_fast_step_keeps_the_module_paths_errors(fast):
+    model = _model(14)
+    model.decoder.fast_step = fast
+    src = _padded_sources(14, [6, 6])
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=4)
+        model.decode(token, memory, cache=cache)
+        model.decode(token, memory, cache=cache)  # a fast step
+        with pytest.raises(ValueError, match="do not match the cache"):  # another batch
+            model.decode(token[:1], memory[:1], cache=cache)
+        with pytest.raises(ValueError, match="another encoder output"):
+            model.decode(token, model.encode(_padded_sources(15, [6, 6])), cache=cache)
+        with pytest.raises(TypeError, match="dtype"):  # x in another dtype than the weights
+            model.decoder(torch.randn(2, 1, 32, dtype=torch.float64), memory, cache=cache)
