@@ -100,7 +100,7 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
-def padding_mask(lengths: Tensor, max_len: int) -> Tensor:
+def padding_mask(lengths: Tensor | list[int] | tuple[int, ...], max_len: int) -> Tensor:
     """``(B, 1, 1, max_len)`` boolean, True at the first ``lengths[b]`` positions of row ``b``.
 
     ``lengths``: ``(B,)`` integers (tensor or list). Hides padding keys (chapter "Scaled
@@ -126,7 +126,9 @@ def split_heads(x: Tensor, num_heads: int) -> Tensor:
     tensor("x", x)
     num_heads = positive_int("num_heads", num_heads)
     if x.dim() != 3:
-        raise ValueError(f"split_heads expects x of shape (B, T, h * d_k), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"split_heads expects x of shape (B, T, h * d_k), got shape {tuple(x.shape)}"
+        )
     B, T, D = x.shape
     if D % num_heads != 0:
         raise ValueError(
@@ -140,7 +142,9 @@ def merge_heads(x: Tensor) -> Tensor:
     """``(B, h, T, d_v) -> (B, T, h * d_v)``: Concat(head_1, ..., head_h), the inverse of
     :func:`split_heads`."""
     if tensor("x", x).dim() != 4:
-        raise ValueError(f"merge_heads expects x of shape (B, h, T, d_v), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"merge_heads expects x of shape (B, h, T, d_v), got shape {tuple(x.shape)}"
+        )
     B, h, T, d_v = x.shape
     return x.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T, h, d_v) -> (B, T, h * d_v)
 
@@ -266,26 +270,55 @@ class MultiHeadAttention(nn.Module):
             ``(B, T, d_model)`` and ``(B, h, T, S)`` (or None).
         """
         self._check_inputs(query, key, value, cache, start)
-        cached = cache is not None and cache.holds(key)  # a filled cross-attention cache
-        q, k, v = self._project(query, key, value, project_kv=not cached)  # 1. project
-        if self.rotary:
-            q, k = self._rotate(q, k, cache, start)
-        if cache is not None:  # 2. the cache: stored K/V, or the new ones appended
-            k, v = cache.get() if cached else cache.update(k, v, source=key)
+        if cache is not None and cache.holds(key):  # a filled cross-attention cache
+            q = split_heads(self.w_q(query), self.num_heads)  # 1. project the queries only
+            k, v = cache.get()  # 2. the stored K/V
+        else:
+            q, k, v = self._project(query, key, value)  # 1. project
+            if self.rotary:
+                q, k = self._rotate(q, k, cache, start)
+            if cache is not None:  # 2. the cache: the new K/V appended
+                k, v = cache.update(k, v, source=key)
         k, v = self._repeat_kv(k), self._repeat_kv(v)  # 3. (B, h, S, d_k): K/V per query head
         out, weights = self._attend(q, k, v, mask, need_weights)  # 4. (B, h, T, d_v)
         return self.w_o(merge_heads(out)), weights  # 5. Concat(heads) W^O: (B, T, d_model)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor, *, project_kv: bool = True
-                 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def _cached_step(self, x: Tensor, cache: AttentionCache, memory: Tensor | None = None,
+                     mask: Tensor | None = None) -> Tensor:
+        """:meth:`forward` for one new query row with a cache, in eval mode, without weights:
+        ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast cached step
+        (:meth:`~minitransformer.model.Decoder._can_step` says when and why).
+
+        Self-attention (``memory`` None) appends the new key and value to ``cache``;
+        cross-attention reads the keys and values of ``memory`` from its filled static cache.
+        The same products and kernels as :meth:`forward`, so the same numbers; what it skips:
+        the input checks (the caller checks once), dropout, and with one query row, the
+        transposes of :func:`split_heads` and :func:`merge_heads`, which become views.
+        """
+        B = x.shape[0]
+        h, h_kv, d_k = self.num_heads, self.num_kv_heads, self.d_k
+        if memory is None:  # self-attention: Q, K and V of the new row in one product
+            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # (B, 1, (h + 2 h_kv) d_k)
+            q, k, v = qkv.view(B, h + 2 * h_kv, 1, d_k).split((h, h_kv, h_kv), dim=1)
+            k, v = cache.append(k, v)  # (B, h_kv, length, d_k), all positions so far
+        else:  # cross-attention: only Q is new; the memory's K and V are cached
+            cache.holds(memory)  # raises if the cache holds another encoder output
+            q = self.w_q(x).view(B, h, 1, d_k)  # (B, h, 1, d_k)
+            k, v = cache.get()  # (B, h_kv, S, d_k)
+        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, h, S, d_k)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, 1, d_v)
+        # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
+        return F.linear(out.view(B, 1, h * d_k), self.w_o.weight, self.w_o.bias)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor
+                 ) -> tuple[Tensor, Tensor, Tensor]:
         """Q ``(B, h, T, d_k)``, K and V ``(B, h_kv, S, d_k)``; one matmul per input tensor."""
         h, h_kv = self.num_heads, self.num_kv_heads
-        if project_kv and query is key is value:  # self-attention: Q, K and V at once
+        if query is key is value:  # self-attention: Q, K and V at once
             qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias)  # (B, T, (h+2h_kv) d_k)
-            return split_heads(qkv, h + 2 * h_kv).split((h, h_kv, h_kv), dim=1)
+            q, k, v = split_heads(qkv, h + 2 * h_kv).split((h, h_kv, h_kv), dim=1)
+            return q, k, v
         q = split_heads(self.w_q(query), h)  # (B, h, T, d_k)
-        if not project_kv:
-            return q, None, None
         if key is value:  # cross-attention: K and V of the memory at once
             kv = self._projection(h, 2 * h_kv)(key)  # (B, S, 2 h_kv d_k)
             k, v = split_heads(kv, 2 * h_kv).split((h_kv, h_kv), dim=1)
@@ -311,7 +344,8 @@ class MultiHeadAttention(nn.Module):
                 need_weights: bool) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention per head, dropout on the weights in training."""
         if mask is not None:
-            check_mask("mask", mask, q.shape[:3] + k.shape[2:3])  # (B, h, T, S)
+            B, h, T = q.shape[:3]
+            check_mask("mask", mask, (B, h, T, k.shape[2]))  # (B, h, T, S)
         p = self.dropout.p if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
@@ -339,13 +373,19 @@ class MultiHeadAttention(nn.Module):
         if any(x.shape[-1] != self.d_model for x in (query, key, value)):
             raise ValueError(f"expected last dimension d_model={self.d_model}, got {shapes}")
         if key.shape[:2] != value.shape[:2] or query.shape[0] != key.shape[0]:
-            raise ValueError(f"key and value must be (B, S, d_model) with the query's B, got {shapes}")
+            raise ValueError(
+                f"key and value must be (B, S, d_model) with the query's B, got {shapes}"
+            )
         if start is not None:
             if not self.rotary:
-                raise ValueError("start (the position of the first row) only applies with rotary=True")
+                raise ValueError(
+                    "start (the position of the first row) only applies with rotary=True"
+                )
             positive_int("start", start, allow_zero=True)
         if self.rotary and cache is not None and cache.static:
-            raise ValueError("rotary=True is for self-attention; got a static (cross-attention) cache")
+            raise ValueError(
+                "rotary=True is for self-attention; got a static (cross-attention) cache"
+            )
 
     def _fits(self, x: Tensor, w: Tensor) -> bool:
         """Whether ``x`` is a ``(B, L, d_model)`` tensor in ``w``'s dtype and on its device."""
@@ -360,7 +400,9 @@ class MultiHeadAttention(nn.Module):
         batch-first inputs and *our* masks (True = may attend; torch's mean "blocked").
         """
         if not isinstance(module, nn.MultiheadAttention):
-            raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
+            raise TypeError(
+                f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}"
+            )
         if not module._qkv_same_embed_dim:
             raise ValueError(
                 f"kdim={module.kdim} and vdim={module.vdim} must equal embed_dim={module.embed_dim}"
@@ -445,7 +487,8 @@ def check_mask(name: str, mask: Tensor | None, shape: tuple[int, int, int, int],
         return
     if allow_2d and len(m) == 2 and m[0] in (1, T) and m[1] == S:
         return
-    letters = ", ".join("1" if size == 1 else letter for letter, size in zip("BhT", shape[:3]))
+    letters = ", ".join("1" if size == 1 else letter for letter, size in
+                        zip("BhT", shape[:3], strict=True))
     forms = f"({letters}, S) = {tuple(shape)}" + (f" or (T, S) = ({T}, {S})" if allow_2d else "")
     raise ValueError(f"{name} must have shape {forms} (a size other than S may be 1), got {m}")
 
@@ -477,7 +520,8 @@ def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     attention call), None where the shapes do not broadcast."""
     ndim = max((len(shape) for shape in shapes), default=0)
     out: list[int] = []
-    for sizes in zip(*((1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes)):
+    for sizes in zip(*((1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes),
+                     strict=True):
         size = 1
         for s in sizes:
             if s != 1:

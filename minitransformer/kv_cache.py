@@ -40,6 +40,7 @@ __all__ = [
     "KVCache",
 ]
 
+
 class AttentionCache:
     """The keys and values of one attention module during one decoding run.
 
@@ -73,14 +74,23 @@ class AttentionCache:
         self.keys = like_k.new_empty(B, h_kv, max_len, d_k)
         self.values = like_v.new_empty(B, h_kv, max_len, like_v.shape[-1])
 
+    def _buffers(self) -> tuple[Tensor, Tensor]:
+        """The key and value buffers (allocated by the first :meth:`update`)."""
+        keys, values = self.keys, self.values
+        if keys is None or values is None:
+            raise ValueError("the cache is empty: nothing has been stored yet")
+        return keys, values
+
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
-        self.keys[:, :, start:end] = key  # in place: the old positions are not copied
-        self.values[:, :, start:end] = value
+        keys, values = self._buffers()
+        keys[:, :, start:end] = key  # in place: the old positions are not copied
+        values[:, :, start:end] = value
 
     def _read(self, end: int) -> tuple[Tensor, Tensor]:
-        if end == self.keys.shape[2]:  # full (always, for a static cache): no slicing
-            return self.keys, self.values
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        keys, values = self._buffers()
+        if end == keys.shape[2]:  # full (always, for a static cache): no slicing
+            return keys, values
+        return keys[:, :, :end], values[:, :, :end]
 
     def update(self, key: Tensor, value: Tensor, *, source: Tensor | None = None
                ) -> tuple[Tensor, Tensor]:
@@ -110,7 +120,8 @@ class AttentionCache:
             got = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype, key.device)
             if got != self._like:
                 cached = ", ".join(f"{name}={v}" for name, v in
-                                   zip(("B", "h_kv", "d_k", "d_v", "dtype", "device"), self._like))
+                                   zip(("B", "h_kv", "d_k", "d_v", "dtype", "device"), self._like,
+                                       strict=True))
                 raise ValueError(
                     f"new keys {tuple(key.shape)} / values {tuple(value.shape)} ({key.dtype}, "
                     f"{key.device}) do not match the cache ({cached})"
@@ -127,6 +138,19 @@ class AttentionCache:
             self.source = source
         return self._read(end)
 
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`update` of a self-attention cache without its checks, for the model's fast
+        cached step (:meth:`minitransformer.model.Decoder._can_step`), whose keys and values
+        come from the same weights as the earlier steps'. Falls back to :meth:`update` (checks
+        included) for the first step, a new batch size, and when the buffers must grow."""
+        end = self.length + key.shape[2]
+        if (self.keys is None or self.static or end > self.keys.shape[2]
+                or key.shape[0] != self.keys.shape[0]):
+            return self.update(key, value)
+        self._write(self.length, end, key, value)
+        self.length = end
+        return self._read(end)
+
     def holds(self, source: Tensor) -> bool:
         """Whether this is a static cache filled from ``source`` (so its K/V can be reused).
 
@@ -141,8 +165,8 @@ class AttentionCache:
             return False
         if source is self.source:
             return True
-        if (tensor("source", source).shape == self.source.shape and source.device == self.source.device
-                and torch.equal(source, self.source)):
+        if (tensor("source", source).shape == self.source.shape
+                and source.device == self.source.device and torch.equal(source, self.source)):
             self.source = source
             return True
         raise ValueError(
@@ -231,7 +255,8 @@ class KVCache:
         ]
         # What the model checked on this run's first step (Transformer.decode keeps its
         # validated inputs here, so that later steps need not check them again).
-        self.checked: object = None
+        # (memory, src_mask, the cross-attention mask), or None before the first step.
+        self.checked: tuple[Tensor, Tensor | None, Tensor | None] | None = None
 
     @classmethod
     def for_model(
@@ -282,10 +307,3 @@ class KVCache:
     def __repr__(self) -> str:
         return (f"KVCache(layers={len(self.layers)}, length={self.length}, "
                 f"nbytes={self.nbytes:,})")
-
-
-def _positive_int(name: str, value: object, allow_zero: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
-        kind = "a non-negative" if allow_zero else "a positive"
-        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
-    return value

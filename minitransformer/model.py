@@ -21,11 +21,17 @@ and the stack then ends with one more LayerNorm.
 Attention weights are kept only when asked: :meth:`Transformer.attention_weights` runs a
 pass that records them, or set a layer's ``store_weights``. Otherwise attention runs PyTorch's
 fused kernel, which never materialises them.
+
+Cached decoding of one token at a time (chapter "Inference") takes a fast path from the second
+step on: :meth:`Decoder._can_step` says when and why, :meth:`DecoderLayer._cached_step` is the
+same layer written with ``torch.nn.functional`` calls; it gives the same logits, bit for bit.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +64,9 @@ def _check_stream(name: str, x: Tensor, d_model: int, what: str) -> None:
     """``x`` must be a float ``(B, L, d_model)`` tensor (``what`` names the shape)."""
     tensor(name, x, kind="float")
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"{name} must have shape {what} with d_model={d_model}, got {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have shape {what} with d_model={d_model}, got {tuple(x.shape)}"
+        )
 
 
 class FeedForward(nn.Module):
@@ -138,7 +146,8 @@ class EncoderLayer(nn.Module):
                    dropout=layer.dropout.p, norm_first=layer.norm_first)
         ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
         ours.self_attn._copy_torch_weights(layer.self_attn)
-        _copy_modules([(ours.feed_forward.linear1, layer.linear1), (ours.feed_forward.linear2, layer.linear2),
+        _copy_modules([(ours.feed_forward.linear1, layer.linear1),
+                       (ours.feed_forward.linear2, layer.linear2),
                        (ours.norm1, layer.norm1), (ours.norm2, layer.norm2)])
         return ours.train(layer.training)
 
@@ -160,8 +169,10 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
-        self.cross_attn = (MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
-                           if cross_attention else None)
+        self.cross_attn = (
+            MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
+            if cross_attention else None
+        )
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
@@ -184,20 +195,21 @@ class DecoderLayer(nn.Module):
     def _forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
                  tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         """:meth:`forward` on checked inputs (the :class:`Decoder` checks once for all layers)."""
-        cross = self.cross_attn is not None
+        norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
         if self.norm_first:  # pre-LN
             x = x + self._self_attention(self.norm1(x), tgt_mask, cache)
-            if cross:
-                x = x + self._cross_attention(self.norm2(x), memory, src_mask, cache)
+            if norm2 is not None and memory is not None:
+                x = x + self._cross_attention(norm2(x), memory, src_mask, cache)
             x = x + self._feed_forward(self.norm3(x))
         else:  # post-LN (the paper)
             x = self.norm1(x + self._self_attention(x, tgt_mask, cache))
-            if cross:
-                x = self.norm2(x + self._cross_attention(x, memory, src_mask, cache))
+            if norm2 is not None and memory is not None:
+                x = norm2(x + self._cross_attention(x, memory, src_mask, cache))
             x = self.norm3(x + self._feed_forward(x))
         return x
 
-    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None,
+                        cache: LayerCache | None) -> Tensor:
         out, weights = self.self_attn(x, x, x, tgt_mask, need_weights=self.store_weights,
                                       cache=None if cache is None else cache.self_attn)
         _keep(self, "self_attn_weights", weights)  # (B, h, T, T)
@@ -206,6 +218,7 @@ class DecoderLayer(nn.Module):
     def _cross_attention(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
                          cache: LayerCache | None) -> Tensor:
         # Queries come from the decoder, keys and values from the encoder output.
+        assert self.cross_attn is not None and self.dropout2 is not None  # _forward checked
         out, weights = self.cross_attn(x, memory, memory, src_mask, need_weights=self.store_weights,
                                        cache=None if cache is None else cache.cross_attn)
         _keep(self, "cross_attn_weights", weights)  # (B, h, T, S)
@@ -214,6 +227,30 @@ class DecoderLayer(nn.Module):
     def _feed_forward(self, x: Tensor) -> Tensor:
         out = self.feed_forward(x)
         return self.dropout3(out) if self.training else out
+
+    def _cached_step(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
+                     cache: LayerCache) -> Tensor:
+        """:meth:`_forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache, in
+        eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
+        over the layer's own parameters (:meth:`Decoder._can_step` says when and why)."""
+        ffn = self.feed_forward
+        norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
+        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+            x = x + self.self_attn._cached_step(_layer_norm(self.norm1, x), cache.self_attn)
+            if norm2 is not None and memory is not None:
+                x = x + self._cross_step(_layer_norm(norm2, x), memory, src_mask, cache)
+            x = x + _ffn(ffn, _layer_norm(self.norm3, x))
+        else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
+            x = _layer_norm(self.norm1, x + self.self_attn._cached_step(x, cache.self_attn))
+            if norm2 is not None and memory is not None:
+                x = _layer_norm(norm2, x + self._cross_step(x, memory, src_mask, cache))
+            x = _layer_norm(self.norm3, x + _ffn(ffn, x))
+        return x  # (B, 1, d_model)
+
+    def _cross_step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
+                    cache: LayerCache) -> Tensor:
+        assert self.cross_attn is not None and cache.cross_attn is not None  # as _forward
+        return self.cross_attn._cached_step(x, cache.cross_attn, memory, src_mask)
 
     def _check_inputs(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
                       tgt_mask: Tensor | None, cache: LayerCache | None) -> None:
@@ -232,7 +269,9 @@ class DecoderLayer(nn.Module):
         if memory is not None:
             _check_stream("memory", memory, self.d_model, "(B, S, d_model)")
             if memory.shape[0] != B:
-                raise ValueError(f"batch sizes differ: x {tuple(x.shape)} vs memory {tuple(memory.shape)}")
+                raise ValueError(
+                    f"batch sizes differ: x {tuple(x.shape)} vs memory {tuple(memory.shape)}"
+                )
             check_mask("src_mask", src_mask, (B, 1, 1, memory.shape[1]), allow_2d=False)
             if cache is not None and cache.cross_attn is None:
                 raise ValueError("the cache has no cross-attention entry (decoder-only cache)")
@@ -245,11 +284,25 @@ class DecoderLayer(nn.Module):
         ours = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
                    dropout=layer.dropout.p, norm_first=layer.norm_first)
         ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
+        assert ours.cross_attn is not None and ours.norm2 is not None  # built with cross-attention
         ours.self_attn._copy_torch_weights(layer.self_attn)
         ours.cross_attn._copy_torch_weights(layer.multihead_attn)
-        _copy_modules([(ours.feed_forward.linear1, layer.linear1), (ours.feed_forward.linear2, layer.linear2),
-                       (ours.norm1, layer.norm1), (ours.norm2, layer.norm2), (ours.norm3, layer.norm3)])
+        _copy_modules([(ours.feed_forward.linear1, layer.linear1),
+                       (ours.feed_forward.linear2, layer.linear2), (ours.norm1, layer.norm1),
+                       (ours.norm2, layer.norm2), (ours.norm3, layer.norm3)])
         return ours.train(layer.training)
+
+
+def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """``norm(x)`` without the module call: what ``nn.LayerNorm.forward`` runs."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
+def _ffn(ffn: FeedForward, x: Tensor) -> Tensor:
+    """``ffn(x)`` in eval mode without the module calls: ``max(0, x W_1 + b_1) W_2 + b_2``."""
+    linear1, linear2 = ffn.linear1, ffn.linear2
+    hidden = torch.relu_(F.linear(x, linear1.weight, linear1.bias))  # (B, 1, d_ff)
+    return F.linear(hidden, linear2.weight, linear2.bias)
 
 
 class Encoder(nn.Module):
@@ -273,8 +326,9 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """``src_mask``: ``(B, 1, 1, S)`` or ``(1, 1, 1, S)``."""
-        self.layers[0]._check_inputs(x, src_mask)  # the same shapes for every layer
-        for layer in self.layers:
+        layers = cast(Sequence[EncoderLayer], self.layers)  # (a ModuleList, typed for mypy)
+        layers[0]._check_inputs(x, src_mask)  # the same shapes for every layer
+        for layer in layers:
             x = layer._forward(x, src_mask)  # (B, S, d_model)
         return self.norm(x) if self.norm is not None else x
 
@@ -290,7 +344,8 @@ class Decoder(nn.Module):
 
     ``tgt_mask`` goes to every layer as is (include the causal mask; :meth:`Transformer.decode`
     does). ``final_norm`` as in :class:`Encoder`; ``cross_attention=False`` builds a
-    decoder-only stack (``memory=None``).
+    decoder-only stack (``memory=None``). ``fast_step`` (default True) lets a cached step of
+    one token take the fast path (:meth:`_can_step`); False runs the modules, to compare.
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
@@ -304,23 +359,63 @@ class Decoder(nn.Module):
         )
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model) if final_norm else None
+        self.fast_step = True  # False: cached steps take the module path too (see _can_step)
 
     def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
-        """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer."""
+        """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer.
+        A cached step of one token takes the fast path of :meth:`_can_step`."""
+        layers = cast(Sequence[DecoderLayer], self.layers)  # (a ModuleList, typed for mypy)
+        layer_caches: Sequence[LayerCache | None]
         if cache is None:
-            layer_caches = [None] * len(self.layers)
+            layer_caches = [None] * len(layers)
         elif not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
-        elif len(cache.layers) != len(self.layers):
-            raise ValueError(f"the cache has {len(cache.layers)} layers, the decoder {len(self.layers)}")
+        elif len(cache.layers) != len(layers):
+            raise ValueError(
+                f"the cache has {len(cache.layers)} layers, the decoder {len(layers)}"
+            )
         else:
             layer_caches = cache.layers
         # The same shapes for every layer (their caches fill in step): check once.
-        self.layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
-        for layer, layer_cache in zip(self.layers, layer_caches):
+        layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
+        if cache is not None and tgt_mask is None and self._can_step(x, memory, cache):
+            # The fast path: the same computation without the modules (see _can_step).
+            for layer, entry in zip(layers, cache.layers, strict=True):
+                x = layer._cached_step(x, memory, src_mask, entry)  # (B, 1, d_model)
+            return _layer_norm(self.norm, x) if self.norm is not None else x
+        for layer, layer_cache in zip(layers, layer_caches, strict=True):
             x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
         return self.norm(x) if self.norm is not None else x
+
+    def _can_step(self, x: Tensor, memory: Tensor | None, cache: KVCache) -> bool:
+        """Whether this call is one cached decoding step that the fast path computes.
+
+        Why a second path: a cached step of one token does little arithmetic (matrix-vector
+        products), so the Python around it counts. Through the modules a step makes ~45
+        module calls and ~140 ``nn.Module`` attribute look-ups, plus the helpers' checks,
+        which cost about as much as reading the weights (the benchmark
+        ``benchmarks/bench_kv_cache.py`` measures it). :meth:`DecoderLayer._cached_step`
+        makes the same products and kernels (the same numbers) with ``torch.nn.functional``
+        calls; what it skips: module calls, per-layer checks (the first layer's were run),
+        dropout, attention-weight bookkeeping, and, with one query row, the head transposes.
+
+        It applies to one new position (T = 1) with a KV cache and no ``tgt_mask``, in eval
+        mode, when no layer stores its attention weights or uses rotary embeddings, ``x`` has
+        the weights' dtype, and the cross-attention caches are filled (from the first step
+        on, which takes the module path), and ``fast_step`` is True (set it to False to compare
+        the two paths). Everything else takes the module path.
+        """
+        if not self.fast_step or x.shape[1] != 1 or self.training:
+            return False
+        first = cast(DecoderLayer, self.layers[0])
+        if x.dtype != first.self_attn.in_proj_weight.dtype or cache.length == 0:
+            return False
+        cross = cache.layers[0].cross_attn
+        if memory is not None and (cross is None or cross.source is None):
+            return False
+        return not any(layer.store_weights or layer.self_attn.rotary
+                       for layer in cast(Sequence[DecoderLayer], self.layers))
 
     @classmethod
     def from_torch(cls, stack: nn.TransformerDecoder) -> Decoder:
@@ -366,13 +461,14 @@ class Transformer(nn.Module):
         self.num_heads = positive_int("num_heads", num_heads)
         self.max_len = positive_int("max_len", max_len)
         self.norm_first, self.tie_embeddings = norm_first, tie_embeddings
-        sizes = dict(dropout=dropout, norm_first=norm_first, head_dim=head_dim)
 
         self.src_embed = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
         self.positional = PositionalEncoding(d_model, max_len, dropout=dropout)
-        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, **sizes)
-        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, **sizes)
+        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=dropout,
+                               norm_first=norm_first, head_dim=head_dim)
+        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout=dropout,
+                               norm_first=norm_first, head_dim=head_dim)
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)  # pre-softmax projection
 
         self._reset_parameters()
@@ -440,9 +536,11 @@ class Transformer(nn.Module):
                 tgt_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: source ``(B, S)`` and shifted target ``(B, T)`` -> logits
         ``(B, T, V_tgt)``."""
-        if isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() == tgt.dim() == 2:
-            if src.shape[0] != tgt.shape[0]:
-                raise ValueError(f"batch sizes differ: src {tuple(src.shape)} vs tgt {tuple(tgt.shape)}")
+        if (isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() == tgt.dim() == 2
+                and src.shape[0] != tgt.shape[0]):
+            raise ValueError(
+                f"batch sizes differ: src {tuple(src.shape)} vs tgt {tuple(tgt.shape)}"
+            )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
 
@@ -452,15 +550,17 @@ class Transformer(nn.Module):
         """The attention weights of a forward pass on ``(src, tgt)``, per layer, for plotting:
         ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N,
         "cross": [(B, h, T, S)] * N}``."""
-        layers = [*self.encoder.layers, *self.decoder.layers]
+        encoder = cast(Sequence[EncoderLayer], self.encoder.layers)
+        decoder = cast(Sequence[DecoderLayer], self.decoder.layers)
+        layers: list[EncoderLayer | DecoderLayer] = [*encoder, *decoder]
         try:
             for layer in layers:
                 layer.store_weights = True
             self(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask)
-            return {
-                "encoder": [layer.self_attn_weights for layer in self.encoder.layers],
-                "decoder_self": [layer.self_attn_weights for layer in self.decoder.layers],
-                "cross": [layer.cross_attn_weights for layer in self.decoder.layers],
+            return {  # (set by that pass: not None)
+                "encoder": [cast(Tensor, layer.self_attn_weights) for layer in encoder],
+                "decoder_self": [cast(Tensor, layer.self_attn_weights) for layer in decoder],
+                "cross": [cast(Tensor, layer.cross_attn_weights) for layer in decoder],
             }
         finally:
             for layer in layers:
@@ -470,14 +570,19 @@ class Transformer(nn.Module):
                     layer.cross_attn_weights = None
 
     # -- input checks -------------------------------------------------------------------
-    def _check_tokens(self, name: str, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> None:
+    def _check_tokens(self, name: str, tokens: Tensor, embedding: nn.Embedding,
+                      start: int = 0) -> None:
         tensor(name, tokens)
         if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}")
+            raise TypeError(
+                f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}"
+            )
         if tokens.dim() != 2:
             raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
         if tokens.device != embedding.weight.device:
-            raise ValueError(f"{name} is on {tokens.device}, the model on {embedding.weight.device}")
+            raise ValueError(
+                f"{name} is on {tokens.device}, the model on {embedding.weight.device}"
+            )
         if start + tokens.shape[1] > self.max_len:
             at = f" from position {start}" if start else ""
             raise ValueError(
@@ -503,7 +608,9 @@ class Transformer(nn.Module):
             return checked[2]  # later steps of a run: nothing new to check
         _check_stream("memory", memory, self.d_model, "(B, S, d_model)")
         if memory.shape[0] != B:
-            raise ValueError(f"batch sizes differ: tgt has {B} rows, memory {tuple(memory.shape)}")
+            raise ValueError(
+                f"batch sizes differ: tgt has {B} rows, memory {tuple(memory.shape)}"
+            )
         check_mask("src_mask", src_mask, (B, 1, 1, memory.shape[1]), allow_2d=False)
         cross_mask = _unless_all_true(src_mask)
         if cache is not None:
@@ -516,10 +623,11 @@ def _unless_all_true(mask: Tensor | None) -> Tensor | None:
     return None if mask is None or (mask.device.type != "meta" and bool(mask.all())) else mask
 
 
-def _weight_matrices(module: nn.Module):
+def _weight_matrices(module: nn.Module) -> Iterator[Tensor]:
     """Every weight matrix of ``module`` in parameter order, each attention's packed
     ``[W^Q; W^K; W^V]`` as its three blocks (so that each gets its own Xavier bound)."""
-    packed = {id(m.in_proj_weight): m for m in module.modules() if isinstance(m, MultiHeadAttention)}
+    packed = {id(m.in_proj_weight): m for m in module.modules()
+              if isinstance(m, MultiHeadAttention)}
     for p in module.parameters():
         if id(p) in packed:
             attention = packed[id(p)]
@@ -531,54 +639,69 @@ def _weight_matrices(module: nn.Module):
 # -- copies of torch layers ---------------------------------------------------------------
 
 
-def _check_torch_layer(layer: nn.Module, expected: type, kind: str) -> None:
+def _check_torch_layer(layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+                       expected: type[nn.Module], kind: str) -> None:
     """Reject torch layers whose computation our layers do not reproduce."""
     if not isinstance(layer, expected):
-        raise TypeError(f"{kind}.from_torch needs a torch.nn.{expected.__name__}, got {type(layer).__name__}")
+        raise TypeError(
+            f"{kind}.from_torch needs a torch.nn.{expected.__name__}, got {type(layer).__name__}"
+        )
     if not layer.self_attn.batch_first:
         raise ValueError(f"{kind}.from_torch needs a layer built with batch_first=True")
     act = getattr(layer, "activation", None)
     if act is not F.relu and not isinstance(act, nn.ReLU):
         raise ValueError(f"{kind}.from_torch needs activation='relu', got {act!r}")
     if layer.self_attn.in_proj_weight is None:
-        raise ValueError(f"{kind}.from_torch needs packed q/k/v projections (kdim = vdim = d_model)")
-    if layer.self_attn.in_proj_bias is None or layer.linear1.bias is None or layer.norm1.bias is None:
+        raise ValueError(
+            f"{kind}.from_torch needs packed q/k/v projections (kdim = vdim = d_model)"
+        )
+    if (layer.self_attn.in_proj_bias is None or layer.linear1.bias is None
+            or layer.norm1.bias is None):
         raise ValueError(f"{kind}.from_torch needs a torch layer with biases (bias=True)")
     kinds = {(p.dtype, p.device) for p in layer.parameters()}
     if len(kinds) != 1:
-        raise ValueError(f"{kind}.from_torch needs parameters of one dtype and device, got {sorted(map(str, kinds))}")
+        raise ValueError(
+            f"{kind}.from_torch needs parameters of one dtype and device, "
+            f"got {sorted(map(str, kinds))}"
+        )
 
 
-def _copy_modules(pairs: list[tuple[nn.Module, nn.Module]]) -> None:
+def _copy_modules(pairs: list[tuple[nn.Linear | nn.LayerNorm, nn.Linear | nn.LayerNorm]]) -> None:
     """Copy weight, bias (and a LayerNorm's epsilon) from each torch module into ours."""
     with torch.no_grad():
         for ours, theirs in pairs:
             ours.weight.copy_(theirs.weight)
             ours.bias.copy_(theirs.bias)
-            if isinstance(ours, nn.LayerNorm):
+            if isinstance(ours, nn.LayerNorm) and isinstance(theirs, nn.LayerNorm):
                 ours.eps = theirs.eps
 
 
-def _stack_from_torch(cls: type, stack: nn.Module, expected: type, layer_cls: type) -> nn.Module:
+_Stack = TypeVar("_Stack", "Encoder", "Decoder")
+
+
+def _stack_from_torch(cls: type[_Stack], stack: nn.Module, expected: type[nn.Module],
+                      layer_cls: Any) -> _Stack:
+    """A copy of a torch ``TransformerEncoder``/``TransformerDecoder`` (``expected``), layer
+    by layer with ``layer_cls.from_torch``, its final ``norm`` included."""
     if not isinstance(stack, expected):
         raise TypeError(f"{cls.__name__}.from_torch needs a torch.nn.{expected.__name__}, "
                         f"got {type(stack).__name__}")
-    layers = [layer_cls.from_torch(layer) for layer in stack.layers]
+    layers = [layer_cls.from_torch(layer) for layer in cast(nn.ModuleList, stack.layers)]
     first = layers[0]
     ours = cls(len(layers), first.d_model, first.self_attn.num_heads,
                first.feed_forward.linear1.out_features, dropout=first.dropout1.p,
                norm_first=first.norm_first, final_norm=stack.norm is not None)
     ours.to(first.norm1.weight.device, first.norm1.weight.dtype)
     ours.layers = nn.ModuleList(layers)
-    if stack.norm is not None:
-        _copy_modules([(ours.norm, stack.norm)])
+    if ours.norm is not None:
+        _copy_modules([(ours.norm, cast(nn.LayerNorm, stack.norm))])
     return ours.train(stack.training)
 
 
 # -- parameter counts ---------------------------------------------------------------------
 
 
-def _count(params) -> int:
+def _count(params: Iterable[Tensor]) -> int:
     return sum(p.numel() for p in params)
 
 
@@ -594,7 +717,7 @@ def parameter_breakdown(model: Transformer) -> dict[str, int]:
     seen: set[int] = set()
 
     def unique(module: nn.Module) -> list[Tensor]:
-        out = []
+        out: list[Tensor] = []
         for p in module.parameters():
             if id(p) not in seen:
                 seen.add(id(p))

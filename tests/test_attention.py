@@ -139,7 +139,7 @@ def test_gradients_match_torch_and_gradcheck():
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
     out2 = F.scaled_dot_product_attention(q2, k2, v2, attn_mask=mask)
     grads2 = torch.autograd.grad(out2.sum(), (q2, k2, v2))
-    for g, g2 in zip(grads, grads2):
+    for g, g2 in zip(grads, grads2, strict=False):
         assert torch.isfinite(g).all()
         torch.testing.assert_close(g, g2)
 
@@ -382,12 +382,32 @@ Q, K, V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
 @pytest.mark.parametrize(
     "args, error, message",
     [
-        ((Q, torch.randn(2, 5, 3), V), ValueError, r"query \(\.\.\., T, d_k\) = \(2, 3, 4\) and key .*\(2, 5, 3\) must have the same d_k"),
-        ((Q, K, torch.randn(2, 4, 6)), ValueError, r"key .*\(2, 5, 4\) and value .*\(2, 4, 6\) must have the same length S"),
+        (
+            (Q, torch.randn(2, 5, 3), V),
+            ValueError,
+            r"query \(\.\.\., T, d_k\) = \(2, 3, 4\) and key .*\(2, 5, 3\) must have the same d_k",
+        ),
+        (
+            (Q, K, torch.randn(2, 4, 6)),
+            ValueError,
+            r"key .*\(2, 5, 4\) and value .*\(2, 4, 6\) must have the same length S",
+        ),
         ((torch.randn(4), K, V), ValueError, r"at least 2 dimensions .*query \(4,\)"),
-        ((torch.randn(3, 3, 4), K, V), ValueError, r"batch\) dimensions .* do not broadcast: query \(3, 3, 4\)"),
-        ((Q, K, V.double()), ValueError, r"same dtype, got torch.float32, torch.float32 and torch.float64"),
-        ((Q.long(), K, V), TypeError, r"query must be a floating-point tensor, got dtype torch.int64"),
+        (
+            (torch.randn(3, 3, 4), K, V),
+            ValueError,
+            r"batch\) dimensions .* do not broadcast: query \(3, 3, 4\)",
+        ),
+        (
+            (Q, K, V.double()),
+            ValueError,
+            r"same dtype, got torch.float32, torch.float32 and torch.float64",
+        ),
+        (
+            (Q.long(), K, V),
+            TypeError,
+            r"query must be a floating-point tensor, got dtype torch.int64",
+        ),
         ((Q.tolist(), K, V), TypeError, r"query must be a torch.Tensor, got list"),
     ],
     ids=["d_k", "S", "ndim", "batch", "dtype", "integer", "not-a-tensor"],
@@ -400,10 +420,23 @@ def test_bad_inputs(args, error, message):
 @pytest.mark.parametrize(
     "mask, error, message",
     [
-        (torch.ones(3, 4, dtype=torch.bool), ValueError, r"mask of shape \(3, 4\) does not broadcast to the score shape \(\.\.\., T, S\) = \(2, 3, 5\) of query \(2, 3, 4\) and key \(2, 5, 4\)"),
-        (torch.ones(5, 3, dtype=torch.bool), ValueError, r"mask of shape \(5, 3\) does not broadcast"),  # transposed
+        (
+            torch.ones(3, 4, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(3, 4\) does not broadcast to the score shape "
+            r"\(\.\.\., T, S\) = \(2, 3, 5\) of query \(2, 3, 4\) and key \(2, 5, 4\)",
+        ),
+        (
+            torch.ones(5, 3, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(5, 3\) does not broadcast",
+        ),  # transposed
         # A (B, 1, 1, S) padding mask with 3-D inputs would broadcast to (B, B, T, S): refused.
-        (torch.ones(2, 1, 1, 5, dtype=torch.bool), ValueError, r"mask of shape \(2, 1, 1, 5\) does not broadcast"),
+        (
+            torch.ones(2, 1, 1, 5, dtype=torch.bool),
+            ValueError,
+            r"mask of shape \(2, 1, 1, 5\) does not broadcast",
+        ),
         (torch.zeros(3, 5), TypeError, r"mask must be a boolean tensor .* got dtype torch.float32"),
         (torch.ones(3, 5, dtype=torch.long), TypeError, r"boolean tensor .* got dtype torch.int64"),
         ([[True] * 5] * 3, TypeError, r"mask must be a torch.Tensor, got list"),
@@ -420,13 +453,17 @@ def test_bad_mask_arguments():
         causal_mask(-1)
     with pytest.raises(TypeError, match="size must be an int, got float"):
         causal_mask(3.0)
-    with pytest.raises(ValueError, match=r"lengths must have 1 dimensions \(B,\), got shape \(2, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"lengths must have 1 dimensions \(B,\), got shape \(2, 1\)"
+    ):
         padding_mask(torch.tensor([[1], [2]]), 3)
     with pytest.raises(ValueError, match=r"lengths \[1, 4\] must lie in \[0, max_len=3\]"):
         padding_mask(torch.tensor([1, 4]), 3)
     with pytest.raises(ValueError, match=r"lengths \[-1, 2\] must lie in"):
         padding_mask(torch.tensor([-1, 2]), 3)
-    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype torch.float32"):
+    with pytest.raises(
+        TypeError, match="lengths must be an integer tensor, got dtype torch.float32"
+    ):
         padding_mask(torch.tensor([1.0, 2.0]), 3)
     with pytest.raises(TypeError, match="max_len must be an int, got float"):
         padding_mask(torch.tensor([1, 2]), 3.0)
@@ -456,7 +493,11 @@ def test_in_place_path_without_gradient_equals_the_autograd_path():
     """Without a gradient the scores are masked and softmaxed in place; the results must be
     those of the out-of-place path, fully masked rows and broadcast masks included."""
     gen = torch.Generator().manual_seed(8)
-    q, k, v = torch.randn(2, 3, 4, 6, generator=gen), torch.randn(2, 3, 5, 6), torch.randn(2, 3, 5, 2)
+    q, k, v = (
+        torch.randn(2, 3, 4, 6, generator=gen),
+        torch.randn(2, 3, 5, 6),
+        torch.randn(2, 3, 5, 2),
+    )
     mask = torch.rand(2, 1, 4, 5, generator=gen) < 0.5
     mask[0, 0, 1] = False  # a fully masked row
     with torch.no_grad():
@@ -508,7 +549,11 @@ def test_empty_inputs_give_empty_or_zero_outputs():
     q = torch.randn(2, 3, 4)
     out, w = scaled_dot_product_attention(q, torch.randn(2, 0, 4), torch.randn(2, 0, 5))
     assert out.shape == (2, 3, 5) and w.shape == (2, 3, 0) and (out == 0).all()
-    out, w = scaled_dot_product_attention(torch.randn(2, 0, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5))
+    out, w = scaled_dot_product_attention(
+        torch.randn(2, 0, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 5)
+    )
     assert out.shape == (2, 0, 5) and w.shape == (2, 0, 3)
-    out, w = scaled_dot_product_attention(torch.randn(0, 3, 4), torch.randn(0, 3, 4), torch.randn(0, 3, 5))
+    out, w = scaled_dot_product_attention(
+        torch.randn(0, 3, 4), torch.randn(0, 3, 4), torch.randn(0, 3, 5)
+    )
     assert out.shape == (0, 3, 5) and w.shape == (0, 3, 3)

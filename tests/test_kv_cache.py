@@ -13,7 +13,6 @@ from minitransformer.kv_cache import AttentionCache, KVCache
 from minitransformer.kv_memory import kv_cache_bytes
 from minitransformer.model import Transformer
 
-
 # --------------------------------------------------------------------------------------------
 # The real cache: KVCache with the package's Transformer, greedy decoding and beam search.
 # --------------------------------------------------------------------------------------------
@@ -76,7 +75,9 @@ def test_chunked_prefill_equals_whole():
         memory = model.encode(src)
         full = model.decode(tgt, memory)
         cache = KVCache.for_model(model, max_len=3)  # too small on purpose: it must grow
-        parts = [model.decode(tgt[:, a:b], memory, cache=cache) for a, b in ((0, 4), (4, 5), (5, 8))]
+        parts = [
+            model.decode(tgt[:, a:b], memory, cache=cache) for a, b in ((0, 4), (4, 5), (5, 8))
+        ]
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
@@ -86,8 +87,10 @@ def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
     model = _model(4)
     src = _padded_sources(4, [5, 3])
     ys = greedy_decode(model, src, max_len=6, bos_id=BOS_ID, eos_id=None)
-    assert all(layer.self_attn_weights is None and layer.cross_attn_weights is None
-               for layer in model.decoder.layers)
+    assert all(
+        layer.self_attn_weights is None and layer.cross_attn_weights is None
+        for layer in model.decoder.layers
+    )
     assert all(layer.self_attn_weights is None for layer in model.encoder.layers)
     ys[0, 0] = BOS_ID  # an ordinary tensor, not an inference-mode one: in-place writes work
     maps = model.attention_weights(src, ys, src_mask=(src != PAD_ID)[:, None, None, :])
@@ -99,11 +102,12 @@ def test_cached_decoding_skips_the_weights_and_a_full_pass_brings_them_back():
 def test_cached_beam_search_equals_uncached(seed, beam_size):
     model = _model(seed)
     src = _padded_sources(seed, [6, 2, 4])
-    cached, s_cached = beam_search_with_scores(model, src, max_len=9, bos_id=BOS_ID,
-                                               eos_id=EOS_ID, beam_size=beam_size)
-    uncached, s_uncached = beam_search_with_scores(model, src, max_len=9, bos_id=BOS_ID,
-                                                   eos_id=EOS_ID, beam_size=beam_size,
-                                                   use_cache=False)
+    cached, s_cached = beam_search_with_scores(
+        model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID, beam_size=beam_size
+    )
+    uncached, s_uncached = beam_search_with_scores(
+        model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID, beam_size=beam_size, use_cache=False
+    )
     assert torch.equal(cached, uncached)
     torch.testing.assert_close(s_cached, s_uncached, atol=1e-5, rtol=1e-5)
 
@@ -199,10 +203,10 @@ def test_cache_shape_errors():
     with pytest.raises(ValueError, match="empty"):
         AttentionCache().get()
     model = _model(0, layers=2)
-    with pytest.raises(ValueError, match="the cache has 3 layers, the decoder 2"):
-        with torch.no_grad():
-            memory = model.encode(torch.full((1, 3), 4))
-            model.decode(torch.full((1, 1), BOS_ID), memory, cache=KVCache(3))
+    with (pytest.raises(ValueError, match="the cache has 3 layers, the decoder 2"),
+          torch.no_grad()):
+        memory = model.encode(torch.full((1, 3), 4))
+        model.decode(torch.full((1, 1), BOS_ID), memory, cache=KVCache(3))
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,7 +218,7 @@ def test_gqa_with_all_kv_heads_equals_plain_mha():
     torch.manual_seed(0)
     gqa = MultiHeadAttention(32, 8, num_kv_heads=8).eval()
     x, mem = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
-    for a, b in zip(plain(x, mem, mem), gqa(x, mem, mem)):
+    for a, b in zip(plain(x, mem, mem), gqa(x, mem, mem), strict=False):
         assert torch.equal(a, b)
 
 
@@ -235,7 +239,9 @@ def test_gqa_equals_mha_with_shared_key_value_heads(num_kv_heads):
         for ours, theirs in ((mha.w_k, gqa.w_k), (mha.w_v, gqa.w_v)):
             w = theirs.weight.view(num_kv_heads, d_k, d_model).repeat_interleave(group, 0)
             ours.weight.copy_(w.reshape(d_model, d_model))
-            ours.bias.copy_(theirs.bias.view(num_kv_heads, d_k).repeat_interleave(group, 0).reshape(-1))
+            ours.bias.copy_(
+                theirs.bias.view(num_kv_heads, d_k).repeat_interleave(group, 0).reshape(-1)
+            )
     x = torch.randn(2, 6, d_model)
     mask = causal_mask(6)
     out_gqa, w_gqa = gqa(x, x, x, mask)
@@ -270,7 +276,6 @@ def test_incremental_attention_with_kv_heads_cache(num_kv_heads):
 def test_num_kv_heads_must_divide_num_heads():
     with pytest.raises(ValueError, match="num_kv_heads=3 must divide num_heads=8"):
         MultiHeadAttention(32, 8, num_kv_heads=3)
-
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,10 +316,19 @@ def test_the_first_step_checks_memory_and_masks_and_later_steps_what_changed():
         with pytest.raises(ValueError, match="src_mask must have shape"):  # a new mask: checked
             model.decode(token, memory, src_mask=src_mask[:, 0], cache=cache)
         with pytest.raises(ValueError, match=r"tgt_mask must have shape .*\(2, 4, 1, 2\)"):
-            model.decode(token, memory, src_mask=src_mask, tgt_mask=torch.ones(1, 1, dtype=torch.bool),
-                         cache=cache)  # with a cache, tgt_mask spans cache length + T
+            model.decode(
+                token,
+                memory,
+                src_mask=src_mask,
+                tgt_mask=torch.ones(1, 1, dtype=torch.bool),
+                cache=cache,
+            )  # with a cache, tgt_mask spans cache length + T
         good = torch.ones(2, 1, 1, 2, dtype=torch.bool)
-        assert model.decode(token, memory, src_mask=src_mask, tgt_mask=good, cache=cache).shape == (2, 1, VOCAB)
+        assert model.decode(token, memory, src_mask=src_mask, tgt_mask=good, cache=cache).shape == (
+            2,
+            1,
+            VOCAB,
+        )
 
 
 def test_decoder_only_layers_cache_self_attention_only():
@@ -350,17 +364,147 @@ def test_cache_argument_checks():
         cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.long), torch.zeros(1, 2, 1, 4))
     cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
     with pytest.raises(ValueError, match="dtype=torch.float32"):  # would be cast silently
-        cache.update(torch.zeros(1, 2, 1, 4, dtype=torch.float64), torch.zeros(1, 2, 1, 4, dtype=torch.float64))
+        cache.update(
+            torch.zeros(1, 2, 1, 4, dtype=torch.float64),
+            torch.zeros(1, 2, 1, 4, dtype=torch.float64),
+        )
     with pytest.raises(TypeError, match="index must be an integer tensor"):
         cache.reorder(torch.tensor([0.0]))
     with pytest.raises(ValueError, match=r"index \[0, 1\] must lie in \[0, B=1\)"):
         cache.reorder(torch.tensor([0, 1]))
     model = _model(0)
-    with pytest.raises(TypeError, match="cache must be a KVCache"):
-        with torch.no_grad():
-            model.decode(torch.ones(1, 1, dtype=torch.long), torch.zeros(1, 3, 32), cache=cache)
+    with pytest.raises(TypeError, match="cache must be a KVCache"), torch.no_grad():
+        model.decode(torch.ones(1, 1, dtype=torch.long), torch.zeros(1, 3, 32), cache=cache)
     static = AttentionCache(static=True)
     empty = torch.zeros(1, 2, 0, 4)  # a source of length 0 fills the cache with nothing
     static.update(empty, empty, source=torch.zeros(1, 0, 8))
     with pytest.raises(ValueError, match="filled once"):
         static.update(empty, empty)
+
+
+# --------------------------------------------------------------------------------------------
+# The fast cached step (Decoder._can_step, DecoderLayer._cached_step): the same numbers as
+# the module path, and the module path wherever it does not apply.
+# --------------------------------------------------------------------------------------------
+
+
+def _count_fast_steps(monkeypatch) -> list[int]:
+    """Count the calls of DecoderLayer._cached_step (one per layer and fast step)."""
+    from minitransformer.model import DecoderLayer
+
+    calls = [0]
+    original = DecoderLayer._cached_step
+
+    def counted(self, *args):
+        calls[0] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(DecoderLayer, "_cached_step", counted)
+    return calls
+
+
+def _stepwise(model: Transformer, ys, memory, src_mask, cache_cls=None, *, fast: bool = True):
+    """Logits of feeding ``ys`` one token at a time through a cache of 4 preallocated
+    positions (so the buffers grow on the way)."""
+    model.decoder.fast_step = fast
+    cache = KVCache.for_model(model, max_len=4, cache_cls=cache_cls)
+    steps = [
+        model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
+        for t in range(ys.shape[1])
+    ]
+    model.decoder.fast_step = True
+    return torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("int8", [False, True])
+def test_fast_step_gives_the_module_paths_logits_exactly(norm_first, padded, int8, monkeypatch):
+    from minitransformer.quantize import Int8AttentionCache
+
+    model = _model(11, norm_first)
+    src = _padded_sources(11, [6, 2, 4] if padded else [6, 6, 6])
+    src_mask = (src != PAD_ID)[:, None, None, :]
+    ys = torch.randint(3, VOCAB, (3, 9), generator=torch.Generator().manual_seed(3))
+    calls = _count_fast_steps(monkeypatch)
+    cache_cls = Int8AttentionCache if int8 else None
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        module = _stepwise(model, ys, memory, src_mask, cache_cls, fast=False)
+        assert calls[0] == 0
+        fast = _stepwise(model, ys, memory, src_mask, cache_cls)
+        full = model.decode(ys, memory, src_mask=src_mask)
+    assert calls[0] == 8 * 2  # every step after the first, in both layers
+    assert torch.equal(fast, module)  # the same products and kernels: bit for bit
+    if not int8:
+        torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_fast_step_of_a_decoder_only_stack_with_gqa(num_kv_heads, monkeypatch):
+    from minitransformer.model import Decoder
+
+    torch.manual_seed(12)
+    stack = Decoder(2, 32, 4, 64, dropout=0.0, cross_attention=False, norm_first=True).eval()
+    for layer in stack.layers:
+        layer.self_attn = MultiHeadAttention(32, 4, num_kv_heads=num_kv_heads).eval()
+    calls = _count_fast_steps(monkeypatch)
+    x = torch.randn(2, 6, 32)
+
+    class LM(torch.nn.Module):  # anything with decoder.layers
+        decoder = stack
+
+    def stepwise(fast: bool):
+        stack.fast_step = fast
+        cache = KVCache.for_model(LM(), max_len=2)
+        return torch.cat([stack(x[:, t : t + 1], None, cache=cache) for t in range(6)], dim=1)
+
+    with torch.no_grad():
+        module, fast = stepwise(False), stepwise(True)
+        full = stack(x, None, tgt_mask=causal_mask(6))
+    assert calls[0] == 5 * 2
+    assert torch.equal(fast, module)
+    torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_module_path_runs_where_the_fast_step_does_not_apply(monkeypatch):
+    model = _model(13)
+    src = _padded_sources(13, [5, 5])
+    token = torch.full((2, 1), BOS_ID)
+    calls = _count_fast_steps(monkeypatch)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=8)
+        model.decode(token, memory, cache=cache)  # the first step fills the cross-attention
+        assert calls[0] == 0
+        model.decode(token.repeat(1, 2), memory, cache=cache)  # two new tokens
+        model.decode(token, memory, tgt_mask=torch.ones(1, 1, 1, 4, dtype=torch.bool), cache=cache)
+        model.decoder.layers[1].store_weights = True  # the weights are wanted: module path
+        model.decode(token, memory, cache=cache)
+        assert model.decoder.layers[1].self_attn_weights.shape == (2, 4, 1, 5)
+        model.decoder.layers[1].store_weights = False
+        model.train()
+        model.decode(token, memory, cache=cache)
+        model.eval()
+        assert calls[0] == 0
+        model.decode(token, memory, cache=cache)
+        assert calls[0] == 2 and cache.length == 7
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_fast_step_keeps_the_module_paths_errors(fast):
+    model = _model(14)
+    model.decoder.fast_step = fast
+    src = _padded_sources(14, [6, 6])
+    token = torch.full((2, 1), BOS_ID)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = KVCache.for_model(model, max_len=4)
+        model.decode(token, memory, cache=cache)
+        model.decode(token, memory, cache=cache)  # a fast step
+        with pytest.raises(ValueError, match="do not match the cache"):  # another batch
+            model.decode(token[:1], memory[:1], cache=cache)
+        with pytest.raises(ValueError, match="another encoder output"):
+            model.decode(token, model.encode(_padded_sources(15, [6, 6])), cache=cache)
+        with pytest.raises(TypeError, match="dtype"):  # x in another dtype than the weights
+            model.decoder(torch.randn(2, 1, 32, dtype=torch.float64), memory, cache=cache)

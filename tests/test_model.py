@@ -25,7 +25,9 @@ ATOL = 1e-5
 
 
 def small_model(**kwargs) -> Transformer:
-    config = dict(d_model=D_MODEL, num_heads=HEADS, num_layers=2, d_ff=D_FF, dropout=0.0, max_len=32)
+    config = dict(
+        d_model=D_MODEL, num_heads=HEADS, num_layers=2, d_ff=D_FF, dropout=0.0, max_len=32
+    )
     config.update(kwargs)
     return Transformer(11, 11, **config).eval()
 
@@ -44,8 +46,9 @@ def lengths_mask(lengths: list[int], S: int) -> torch.Tensor:
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) -> None:
     torch.manual_seed(0)
-    ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True,
-                                     norm_first=norm_first, device=device).eval()
+    ref = nn.TransformerEncoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first, device=device
+    ).eval()
     ours = EncoderLayer.from_torch(ref).eval()
     assert ours.norm_first is norm_first
     x = torch.randn(3, 7, D_MODEL, device=device)
@@ -63,8 +66,9 @@ def test_encoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) 
 @pytest.mark.parametrize("with_mask", [False, True])
 def test_decoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) -> None:
     torch.manual_seed(1)
-    ref = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True,
-                                     norm_first=norm_first, device=device).eval()
+    ref = nn.TransformerDecoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first, device=device
+    ).eval()
     ours = DecoderLayer.from_torch(ref).eval()
     assert ours.norm_first is norm_first
     x, memory = torch.randn(3, 5, D_MODEL, device=device), torch.randn(3, 6, D_MODEL, device=device)
@@ -79,8 +83,9 @@ def test_decoder_layer_matches_torch(norm_first: bool, with_mask: bool, device) 
 
 
 def test_from_torch_copies_sizes_and_rejects_unsupported_layers() -> None:
-    ref = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, dropout=0.3, batch_first=True,
-                                     layer_norm_eps=1e-6)
+    ref = nn.TransformerEncoderLayer(
+        D_MODEL, HEADS, D_FF, dropout=0.3, batch_first=True, layer_norm_eps=1e-6
+    )
     ours = EncoderLayer.from_torch(ref)
     assert ours.self_attn.num_heads == HEADS
     assert ours.feed_forward.linear1.out_features == D_FF
@@ -103,7 +108,9 @@ def test_from_torch_copies_sizes_and_rejects_unsupported_layers() -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_stack_matches_torch(norm_first: bool) -> None:
     torch.manual_seed(2)
-    layer = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, norm_first=norm_first)
+    layer = nn.TransformerEncoderLayer(
+        D_MODEL, HEADS, D_FF, batch_first=True, norm_first=norm_first
+    )
     final = nn.LayerNorm(D_MODEL) if norm_first else None  # pre-LN stacks need a final norm
     ref = nn.TransformerEncoder(layer, num_layers=3, norm=final, enable_nested_tensor=False).eval()
     with torch.no_grad():  # make the final norm non-trivial, so copying it is tested
@@ -122,7 +129,9 @@ def test_encoder_stack_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_stack_matches_torch(norm_first: bool) -> None:
     torch.manual_seed(3)
-    layer = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, norm_first=norm_first)
+    layer = nn.TransformerDecoderLayer(
+        D_MODEL, HEADS, D_FF, batch_first=True, norm_first=norm_first
+    )
     final = nn.LayerNorm(D_MODEL) if norm_first else None
     ref = nn.TransformerDecoder(layer, num_layers=3, norm=final).eval()
     with torch.no_grad():
@@ -148,7 +157,10 @@ def test_feed_forward_is_relu_mlp_applied_per_position() -> None:
     torch.manual_seed(4)
     ffn = FeedForward(D_MODEL, D_FF, dropout=0.0)
     x = torch.randn(2, 3, D_MODEL)
-    want = torch.relu(x @ ffn.linear1.weight.T + ffn.linear1.bias) @ ffn.linear2.weight.T + ffn.linear2.bias
+    want = (
+        torch.relu(x @ ffn.linear1.weight.T + ffn.linear1.bias) @ ffn.linear2.weight.T
+        + ffn.linear2.bias
+    )
     torch.testing.assert_close(ffn(x), want)
     # position-wise: each position alone gives the same result
     torch.testing.assert_close(ffn(x[:, 1:2]), ffn(x)[:, 1:2])
@@ -187,15 +199,18 @@ def test_source_padding_is_ignored() -> None:
     other = src.clone()
     other[0, 4:] = torch.tensor([7, 9])  # row 0's padded positions
     tgt = torch.randint(3, 11, (2, 4))
-    torch.testing.assert_close(model(src, tgt, src_mask=src_mask), model(other, tgt, src_mask=src_mask))
+    torch.testing.assert_close(
+        model(src, tgt, src_mask=src_mask), model(other, tgt, src_mask=src_mask)
+    )
 
 
 CAUSAL_MODEL = {}
 
 
 @settings(max_examples=12, deadline=None)
-@given(T=st.integers(2, 8), t=st.integers(0, 7), seed=st.integers(0, 2**16),
-       norm_first=st.booleans())
+@given(
+    T=st.integers(2, 8), t=st.integers(0, 7), seed=st.integers(0, 2**16), norm_first=st.booleans()
+)
 def test_decoder_is_causal(T: int, t: int, seed: int, norm_first: bool) -> None:
     """The logits at position t do not depend on target tokens after t."""
     t = t % T
@@ -218,7 +233,9 @@ def test_target_mask_is_combined_with_causal_mask() -> None:
     src, tgt = torch.randint(3, 11, (2, 5)), torch.randint(3, 11, (2, 4))
     memory = model.encode(src)
     all_true = torch.ones(2, 1, 1, 4, dtype=torch.bool)
-    torch.testing.assert_close(model.decode(tgt, memory, tgt_mask=all_true), model.decode(tgt, memory))
+    torch.testing.assert_close(
+        model.decode(tgt, memory, tgt_mask=all_true), model.decode(tgt, memory)
+    )
     pad = padding_mask(torch.tensor([4, 2]), 4)  # row 1: positions 2, 3 are padding
     w = model.attention_weights(src, tgt, tgt_mask=pad)["decoder_self"][0]  # (B, h, T, T)
     assert torch.all(w.triu(1) == 0)  # causal
@@ -245,7 +262,9 @@ def test_attention_weights_are_kept_for_plotting() -> None:
 def test_tied_embeddings_share_one_matrix_when_vocabularies_match() -> None:
     model = Transformer(20, 20, d_model=8, num_heads=2, num_layers=1, d_ff=16)
     assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
-    untied = Transformer(20, 20, d_model=8, num_heads=2, num_layers=1, d_ff=16, tie_embeddings=False)
+    untied = Transformer(
+        20, 20, d_model=8, num_heads=2, num_layers=1, d_ff=16, tie_embeddings=False
+    )
     ids = {id(untied.src_embed.weight), id(untied.tgt_embed.weight), id(untied.output.weight)}
     assert len(ids) == 3
     assert parameter_breakdown(untied)["embeddings"] == 3 * 20 * 8
@@ -284,8 +303,9 @@ def layer_count(d_model: int, d_ff: int, cross: bool) -> int:
 )
 def test_parameter_counts_match_the_paper(d_model, num_heads, d_ff, paper_millions) -> None:
     with torch.device("meta"):  # no memory is allocated
-        model = Transformer(37000, 37000, d_model=d_model, num_heads=num_heads, num_layers=6,
-                            d_ff=d_ff)
+        model = Transformer(
+            37000, 37000, d_model=d_model, num_heads=num_heads, num_layers=6, d_ff=d_ff
+        )
     counts = parameter_breakdown(model)
     assert counts["total"] == sum(p.numel() for p in model.parameters())
     assert counts["embeddings"] == 37000 * d_model  # one shared matrix
@@ -372,7 +392,6 @@ def test_decoder_only_layer_has_no_cross_attention_and_stays_causal():
     assert stack(x, None, tgt_mask=causal_mask(5)).shape == (2, 5, 16)
 
 
-
 # --------------------------------------------------------------------------------------------
 # Masks of the documented shapes only
 # --------------------------------------------------------------------------------------------
@@ -387,7 +406,9 @@ def test_src_masks_that_would_be_read_along_the_wrong_axis_are_refused() -> None
     keep = lengths_mask([6, 3, 5, 1], S)  # (B, S)
     memory = model.encode(src, keep[:, None, None, :])
     for bad in (keep, keep[:, None, :]):
-        with pytest.raises(ValueError, match=r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\)"):
+        with pytest.raises(
+            ValueError, match=r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\)"
+        ):
             model(src, tgt, src_mask=bad)
         with pytest.raises(ValueError, match="src_mask"):
             model.decode(tgt, memory, src_mask=bad)
@@ -406,7 +427,9 @@ def test_tgt_mask_takes_the_documented_shapes() -> None:
     memory = model.encode(src)
     want = model.decode(tgt, memory)
     for shape in [(T, T), (B, 1, T, T), (B, 1, 1, T), (B, HEADS, T, T), (1, 1, T, T)]:
-        torch.testing.assert_close(model.decode(tgt, memory, tgt_mask=torch.ones(shape, dtype=torch.bool)), want)
+        torch.testing.assert_close(
+            model.decode(tgt, memory, tgt_mask=torch.ones(shape, dtype=torch.bool)), want
+        )
     for shape in [(B, T, T), (T, T + 1), (B, 3, T, T), (T,)]:
         with pytest.raises(ValueError, match="tgt_mask must have shape"):
             model.decode(tgt, memory, tgt_mask=torch.ones(shape, dtype=torch.bool))
@@ -424,16 +447,20 @@ def test_from_torch_keeps_float64_weights_exactly() -> None:
     torch.manual_seed(11)
     enc = nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, dtype=torch.float64)
     dec = nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF, batch_first=True, dtype=torch.float64)
-    stack = nn.TransformerEncoder(enc, 2, norm=nn.LayerNorm(D_MODEL, dtype=torch.float64),
-                                  enable_nested_tensor=False)
-    for ref, ours in [(enc, EncoderLayer.from_torch(enc)), (dec, DecoderLayer.from_torch(dec)),
-                      (stack, Encoder.from_torch(stack))]:
+    stack = nn.TransformerEncoder(
+        enc, 2, norm=nn.LayerNorm(D_MODEL, dtype=torch.float64), enable_nested_tensor=False
+    )
+    for ref, ours in [
+        (enc, EncoderLayer.from_torch(enc)),
+        (dec, DecoderLayer.from_torch(dec)),
+        (stack, Encoder.from_torch(stack)),
+    ]:
         theirs = dict(ref.named_parameters())
         mine = [p for p in ours.parameters()]
         assert all(p.dtype == torch.float64 for p in mine)
         assert sum(p.numel() for p in mine) == sum(p.numel() for p in theirs.values())
         # torch names: ...self_attn.in_proj_weight, ...; ours has the same tensors, same order
-        for p, q in zip(mine, theirs.values()):
+        for p, q in zip(mine, theirs.values(), strict=False):
             assert torch.equal(p, q)
         assert ours.training == ref.training
 
@@ -528,8 +555,9 @@ def test_public_helpers_check_their_arguments() -> None:
     with pytest.raises(ValueError, match=r"x must have shape \(B, L, d_model\) with d_model=16"):
         model.encoder.layers[0].feed_forward(torch.randn(2, 3, 8))
     with pytest.raises(TypeError, match="cache must be an AttentionCache"):
-        model.decoder.layers[0].self_attn(torch.randn(1, 2, 16), torch.randn(1, 2, 16),
-                                          torch.randn(1, 2, 16), cache=object())
+        model.decoder.layers[0].self_attn(
+            torch.randn(1, 2, 16), torch.randn(1, 2, 16), torch.randn(1, 2, 16), cache=object()
+        )
 
 
 def test_head_dim_decouples_d_k_from_d_model_over_h():

@@ -132,10 +132,13 @@ def test_from_torch_copies_every_parameter_and_the_dropout():
     ours = MultiHeadAttention.from_torch(reference)
     w_q, w_k, w_v = reference.in_proj_weight.chunk(3)
     assert torch.equal(ours.w_q.weight, w_q) and torch.equal(ours.w_k.weight, w_k)
-    assert torch.equal(ours.w_v.weight, w_v) and torch.equal(ours.w_o.weight, reference.out_proj.weight)
+    assert torch.equal(ours.w_v.weight, w_v)
+    assert torch.equal(ours.w_o.weight, reference.out_proj.weight)
     assert ours.dropout.p == 0.25 and ours.training == reference.training
     assert attention_parameter_count(16, 2) == sum(p.numel() for p in ours.parameters())
-    assert sum(p.numel() for p in reference.parameters()) == sum(p.numel() for p in ours.parameters())
+    assert sum(p.numel() for p in reference.parameters()) == sum(
+        p.numel() for p in ours.parameters()
+    )
 
 
 def test_from_torch_rejects_what_it_cannot_copy():
@@ -166,7 +169,8 @@ def test_single_head_is_one_scaled_dot_product_attention_over_projected_inputs()
 
 
 def test_heads_are_independent_attentions_on_column_blocks_of_the_projections():
-    """Concat_i(attention(X W_i^Q, X W_i^K, X W_i^V)) W^O, with W_i the i-th block of d_k columns."""
+    """Concat_i(attention(X W_i^Q, X W_i^K, X W_i^V)) W^O, with W_i the i-th block of d_k
+    columns."""
     torch.manual_seed(0)
     d_model, h = 24, 3
     d_k = d_model // h
@@ -210,11 +214,15 @@ def test_gqa_equals_mha_whose_kv_heads_are_copies(num_kv_heads):
         for name in ("w_k", "w_v"):
             w = getattr(gqa, name).weight.view(num_kv_heads, d_k, d_model)
             b = getattr(gqa, name).bias.view(num_kv_heads, d_k)
-            getattr(mha, name).weight.copy_(w.repeat_interleave(group, dim=0).reshape(d_model, d_model))
+            getattr(mha, name).weight.copy_(
+                w.repeat_interleave(group, dim=0).reshape(d_model, d_model)
+            )
             getattr(mha, name).bias.copy_(b.repeat_interleave(group, dim=0).reshape(d_model))
-    assert sum(p.numel() for p in gqa.parameters()) == attention_parameter_count(
-        d_model, h, num_kv_heads=num_kv_heads
-    ) < sum(p.numel() for p in mha.parameters())
+    assert (
+        sum(p.numel() for p in gqa.parameters())
+        == attention_parameter_count(d_model, h, num_kv_heads=num_kv_heads)
+        < sum(p.numel() for p in mha.parameters())
+    )
     query, memory = inputs(2, 3, 6, d_model)
     with torch.no_grad():
         for need_weights in (True, False):
@@ -225,14 +233,16 @@ def test_gqa_equals_mha_whose_kv_heads_are_copies(num_kv_heads):
 
 @settings(max_examples=30, deadline=None)
 @given(
-    B=st.integers(1, 3), T=st.integers(1, 6), h=st.sampled_from([1, 2, 3, 4]),
+    B=st.integers(1, 3),
+    T=st.integers(1, 6),
+    h=st.sampled_from([1, 2, 3, 4]),
     d_k=st.integers(1, 5),
 )
 def test_merge_heads_inverts_split_heads(B, T, h, d_k):
     x = torch.randn(B, T, h * d_k)
     heads = split_heads(x, h)
     assert heads.shape == (B, h, T, d_k)
-    assert torch.equal(heads[:, 1 % h], x[..., (1 % h) * d_k:(1 % h + 1) * d_k])
+    assert torch.equal(heads[:, 1 % h], x[..., (1 % h) * d_k : (1 % h + 1) * d_k])
     assert torch.equal(merge_heads(heads), x)
 
 
@@ -323,7 +333,7 @@ def test_gradients_flow_to_every_parameter_on_both_paths():
         mha(x, x, x, causal_mask(4), need_weights=need_weights)[0].square().sum().backward()
         grads.append([p.grad for p in mha.parameters()])
         assert all(g is not None and torch.isfinite(g).all() for g in grads[-1])
-    for g_explicit, g_fused in zip(*grads):
+    for g_explicit, g_fused in zip(*grads, strict=False):
         torch.testing.assert_close(g_explicit, g_fused, atol=1e-4, rtol=1e-4)
 
 
@@ -391,9 +401,11 @@ def test_parameter_count_matches_the_modules(d_model, h):
 def test_projection_and_attention_flops_are_the_same_for_every_head_count():
     T, S = 100, 70
     costs = {attention_flops(T, S, D_MODEL, h) for h in DIVISORS}
-    assert costs == {AttentionFlops(
-        projections=2 * T * D_MODEL**2 + 2 * S * D_MODEL**2, attention=2 * T * S * D_MODEL
-    )}
+    assert costs == {
+        AttentionFlops(
+            projections=2 * T * D_MODEL**2 + 2 * S * D_MODEL**2, attention=2 * T * S * D_MODEL
+        )
+    }
 
 
 def test_full_width_heads_cost_h_times_as_much():
@@ -405,9 +417,15 @@ def test_full_width_heads_cost_h_times_as_much():
         assert params == h * attention_parameter_count(D_MODEL, h, bias=False)
 
 
-@pytest.mark.parametrize("h,num_kv_heads,head_dim,T,S", [
-    (4, None, None, 5, 7), (1, None, None, 3, 3), (4, 2, None, 6, 2), (2, None, 32, 4, 5),
-])
+@pytest.mark.parametrize(
+    "h,num_kv_heads,head_dim,T,S",
+    [
+        (4, None, None, 5, 7),
+        (1, None, None, 3, 3),
+        (4, 2, None, 6, 2),
+        (2, None, 32, 4, 5),
+    ],
+)
 def test_flop_count_matches_torch_flop_counter(h, num_kv_heads, head_dim, T, S):
     """torch's own FlopCounterMode counts 2 FLOPs per multiply-add of every matmul it runs."""
     mha = MultiHeadAttention(16, h, num_kv_heads=num_kv_heads, head_dim=head_dim)
@@ -425,14 +443,20 @@ def test_cost_functions_reject_bad_arguments():
         attention_flops(5, 5, 10, 4)
     with pytest.raises(ValueError, match="T must be >= 0, got -1"):
         attention_flops(-1, 5, 8, 2)
-    assert math.isclose(attention_flops(8, 8, 8, 2).total, attention_flops(8, 8, 8, 2).projections
-                        + attention_flops(8, 8, 8, 2).attention)
+    assert math.isclose(
+        attention_flops(8, 8, 8, 2).total,
+        attention_flops(8, 8, 8, 2).projections + attention_flops(8, 8, 8, 2).attention,
+    )
 
 
 @settings(max_examples=25, deadline=None)
 @given(
-    B=st.integers(1, 3), T=st.integers(1, 6), S=st.integers(1, 6),
-    h=st.sampled_from([1, 2, 4]), seed=st.integers(0, 1000), with_padding=st.booleans(),
+    B=st.integers(1, 3),
+    T=st.integers(1, 6),
+    S=st.integers(1, 6),
+    h=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 1000),
+    with_padding=st.booleans(),
 )
 def test_random_shapes_and_padding_match_torch(B, T, S, h, seed, with_padding):
     """Any batch/length combination, with key padding (at least one real key per sequence)."""
@@ -441,8 +465,9 @@ def test_random_shapes_and_padding_match_torch(B, T, S, h, seed, with_padding):
     if with_padding:
         lengths = torch.randint(1, S + 1, (B,), generator=torch.Generator().manual_seed(seed))
         mask = padding_mask(lengths, S)
-        compare_with_torch(ours, reference, query, memory, memory, mask,
-                           {"key_padding_mask": ~mask[:, 0, 0]})
+        compare_with_torch(
+            ours, reference, query, memory, memory, mask, {"key_padding_mask": ~mask[:, 0, 0]}
+        )
     else:
         compare_with_torch(ours, reference, query, memory, memory)
 
@@ -452,7 +477,9 @@ def test_random_shapes_and_padding_match_torch(B, T, S, h, seed, with_padding):
 # --------------------------------------------------------------------------------------
 
 
-def rotary_pair(d_model: int = 16, num_heads: int = 2, num_kv_heads: int | None = None, seed: int = 0):
+def rotary_pair(
+    d_model: int = 16, num_heads: int = 2, num_kv_heads: int | None = None, seed: int = 0
+):
     """A rotary MultiHeadAttention with random biases, in eval mode."""
     torch.manual_seed(seed)
     mha = MultiHeadAttention(d_model, num_heads, num_kv_heads=num_kv_heads, rotary=True).eval()
@@ -501,10 +528,12 @@ def test_rotary_changes_attention_and_breaks_permutation_equivariance():
     plain.load_state_dict(mha.state_dict())  # same weights, no rotation
     x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(0))
     perm = torch.tensor([3, 0, 4, 1, 2])
-    torch.testing.assert_close(plain(x[:, perm], x[:, perm], x[:, perm])[0], plain(x, x, x)[0][:, perm],
-                               atol=ATOL, rtol=0)
-    assert not torch.allclose(mha(x[:, perm], x[:, perm], x[:, perm])[0], mha(x, x, x)[0][:, perm],
-                              atol=1e-3)
+    torch.testing.assert_close(
+        plain(x[:, perm], x[:, perm], x[:, perm])[0], plain(x, x, x)[0][:, perm], atol=ATOL, rtol=0
+    )
+    assert not torch.allclose(
+        mha(x[:, perm], x[:, perm], x[:, perm])[0], mha(x, x, x)[0][:, perm], atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("num_kv_heads", [None, 1])
@@ -576,7 +605,7 @@ def test_w_q_w_k_w_v_are_views_of_the_rows_of_in_proj_weight(num_kv_heads):
     assert mha.in_proj_weight.shape == ((4 + 2 * h_kv) * d_k, 16)
     blocks = mha.in_proj_weight.split([4 * d_k, h_kv * d_k, h_kv * d_k])
     biases = mha.in_proj_bias.split([4 * d_k, h_kv * d_k, h_kv * d_k])
-    for projection, weight, bias in zip((mha.w_q, mha.w_k, mha.w_v), blocks, biases):
+    for projection, weight, bias in zip((mha.w_q, mha.w_k, mha.w_v), blocks, biases, strict=False):
         assert torch.equal(projection.weight, weight) and torch.equal(projection.bias, bias)
         x = torch.randn(2, 3, 16)
         torch.testing.assert_close(projection(x), x @ weight.T + bias)
@@ -593,7 +622,7 @@ def test_initialisation_is_that_of_three_linear_layers():
     mha = MultiHeadAttention(16, 2, num_kv_heads=1)
     torch.manual_seed(3)
     linears = [torch.nn.Linear(16, n) for n in (16, 8, 8, 16)]  # W^Q, W^K, W^V, W^O
-    for projection, linear in zip((mha.w_q, mha.w_k, mha.w_v, mha.w_o), linears):
+    for projection, linear in zip((mha.w_q, mha.w_k, mha.w_v, mha.w_o), linears, strict=False):
         assert torch.equal(projection.weight, linear.weight)
         assert torch.equal(projection.bias, linear.bias)
 
@@ -635,7 +664,12 @@ def test_masks_of_undocumented_shapes_are_refused():
             mha(query, memory, memory, torch.ones(2, 3, 3, 5, dtype=torch.bool))  # 3 heads
         with pytest.raises(ValueError, match=r"mask must have shape .*\(3, 4\)"):
             mha(query, memory, memory, torch.ones(3, 4, dtype=torch.bool))  # S = 4
-    for good in (torch.ones(3, 5), torch.ones(1, 5), torch.ones(2, 1, 1, 5), torch.ones(1, 2, 3, 5)):
+    for good in (
+        torch.ones(3, 5),
+        torch.ones(1, 5),
+        torch.ones(2, 1, 1, 5),
+        torch.ones(1, 2, 3, 5),
+    ):
         mha(query, memory, memory, good.bool())
 
 
@@ -667,13 +701,21 @@ def test_empty_inputs(need_weights):
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2).eval()
     with torch.no_grad():
-        out, _ = mha(torch.randn(2, 3, 8), torch.randn(2, 0, 8), torch.randn(2, 0, 8),
-                     need_weights=need_weights)
+        out, _ = mha(
+            torch.randn(2, 3, 8),
+            torch.randn(2, 0, 8),
+            torch.randn(2, 0, 8),
+            need_weights=need_weights,
+        )
         torch.testing.assert_close(out, mha.w_o.bias.expand(2, 3, 8))
         x = torch.randn(0, 3, 8)
         assert mha(x, x, x, need_weights=need_weights)[0].shape == (0, 3, 8)
-        out, _ = mha(torch.randn(2, 0, 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8),
-                     need_weights=need_weights)
+        out, _ = mha(
+            torch.randn(2, 0, 8),
+            torch.randn(2, 3, 8),
+            torch.randn(2, 3, 8),
+            need_weights=need_weights,
+        )
         assert out.shape == (2, 0, 8)
 
 
