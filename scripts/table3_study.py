@@ -20,7 +20,7 @@ chapter): plain cross-entropy per target token (no smoothing, so that every sett
 measured alike) and greedy exact-match accuracy.
 
 Run: ``.venv/bin/python scripts/table3_study.py [--seeds 0 1 2 3 4] [--only base "h=1"]
-[--out book/data/table3.json]`` (one thread; about 20 minutes on a shared 2-core machine).
+[--out book/data/table3.json]`` (one thread; about 26 minutes on a shared 2-core machine).
 """
 
 from __future__ import annotations
