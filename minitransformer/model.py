@@ -4,7 +4,7 @@ Chapter "The encoder–decoder picture" (``book/encoder_decoder``); trained in "
 Transformer" (``book/training``). Read top to bottom: :class:`FeedForward`,
 :class:`EncoderLayer`, :class:`DecoderLayer`, the :class:`Encoder` and :class:`Decoder`
 stacks, and the :class:`Transformer`; :func:`parameter_breakdown` counts parameters as the
-paper's Table 3 does.
+paper's Table 3 does, and :func:`table3_configs` lists that table's model sizes.
 
 Shapes: ``B`` batch, ``S`` source length, ``T`` target length, ``h`` heads, ``V`` vocabulary.
 Masks are boolean, True = may attend (``torch.nn.Transformer*`` uses the opposite):
@@ -50,6 +50,7 @@ __all__ = [
     "Decoder",
     "Transformer",
     "parameter_breakdown",
+    "table3_configs",
 ]
 
 
@@ -734,3 +735,21 @@ def parameter_breakdown(model: Transformer) -> dict[str, int]:
         "decoder": decoder,
         "total": embeddings + encoder + decoder + other,
     }
+
+
+def table3_configs() -> dict[str, dict[str, int]]:
+    """The model sizes of the paper's Table 3 as :class:`Transformer` keyword arguments, by row
+    name: ``"base"``, rows (A) ``"(A) h=1"`` ..., (B) ``"(B) d_k=16"`` ..., (C) ``"(C) N=2"``
+    ..., and ``"big"`` (chapter "The paper's Table 3 at toy scale", section "The parameter
+    column"). Rows (A) and (C) keep ``d_k = d_model / h``; rows (B) set ``head_dim``, which here
+    is ``d_k = d_v``, while the paper changed ``d_k`` alone (``d_v`` stays 64). A new dict each
+    call; build the models on the ``meta`` device to count them without allocating."""
+    base = {"num_layers": 6, "d_model": 512, "d_ff": 2048, "num_heads": 8}
+    rows: dict[str, dict[str, int]] = {"base": base}
+    rows.update({f"(A) h={h}": {**base, "num_heads": h} for h in (1, 4, 16, 32)})
+    rows.update({f"(B) d_k={d_k}": {**base, "head_dim": d_k} for d_k in (16, 32)})
+    rows.update({f"(C) N={n}": {**base, "num_layers": n} for n in (2, 4, 8)})
+    rows.update({f"(C) d_model={d}": {**base, "d_model": d} for d in (256, 1024)})
+    rows.update({f"(C) d_ff={d}": {**base, "d_ff": d} for d in (1024, 4096)})
+    rows["big"] = {**base, "d_model": 1024, "d_ff": 4096, "num_heads": 16}
+    return rows
