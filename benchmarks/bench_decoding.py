@@ -34,7 +34,7 @@ import pathlib
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils.benchmark import Timer

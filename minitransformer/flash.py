@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -11,7 +11,7 @@ scaled down and its 10-point labels fall below 9 px.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np

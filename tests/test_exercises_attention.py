@@ -8,6 +8,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.attention import causal_mask, scaled_dot_product_attention
 from minitransformer.exercises import (
@@ -15,9 +18,6 @@ from minitransformer.exercises import (
     check_causal_mask,
     check_cross_attention_shapes,
 )
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ------------------------------------------------------------------ exercise 1: attention

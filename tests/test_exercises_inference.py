@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -12,9 +15,6 @@ from minitransformer.exercises import (
     check_kv_cache_bytes,
     check_online_softmax_step,
 )
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ------------------------------------------------------------------ KV-cache bytes

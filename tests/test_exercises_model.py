@@ -8,6 +8,7 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_helpers import rejects_in_place, stub
 
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.exercises import (
@@ -17,8 +18,6 @@ from minitransformer.exercises import (
     check_layer_parameters,
     check_next_token,
 )
-
-from checker_helpers import rejects_in_place, stub
 
 # -- decoder mask ------------------------------------------------------------------------------
 

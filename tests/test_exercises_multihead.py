@@ -8,6 +8,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.exercises import (
@@ -16,9 +19,6 @@ from minitransformer.exercises import (
     check_parameter_count,
     check_split_heads,
 )
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ------------------------------------------------------------------ exercise 1: split heads

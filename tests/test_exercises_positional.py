@@ -7,6 +7,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -16,9 +19,6 @@ from minitransformer.exercises import (
     check_sinusoidal_encoding,
 )
 from minitransformer.positional import shift_matrix, sinusoidal_encoding
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ---------------------------------------------------------------- the encoding
@@ -169,25 +169,25 @@ def test_pairs_accepts_reference(capsys) -> None:
     assert pairs_reference(512, 512.0) == 123
 
 
-def pairs_no_cap(d, L):
-    if L < 2 * math.pi:
+def pairs_no_cap(d_model, length):
+    if length < 2 * math.pi:
         return 0
-    return math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)) + 1
+    return math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000)) + 1
 
 
-def pairs_no_2pi(d, L):
-    lam = 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    return int((lam <= L).sum())
+def pairs_no_2pi(d_model, length):
+    lam = 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return int((lam <= length).sum())
 
 
-def pairs_no_plus_one(d, L):
-    if L < 2 * math.pi:
+def pairs_no_plus_one(d_model, length):
+    if length < 2 * math.pi:
         return 0
-    return min(math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)), d // 2)
+    return min(math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000)), d_model // 2)
 
 
-def pairs_negative(d, L):
-    return min(math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)) + 1, d // 2)
+def pairs_negative(d_model, length):
+    return min(math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000)) + 1, d_model // 2)
 
 
 @pytest.mark.parametrize(

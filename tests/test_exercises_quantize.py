@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from checker_helpers import rejects_in_place
 
 from minitransformer.exercises import ExerciseError, check_quantize_rows
 from minitransformer.quantize import quantize_int8
-
-from checker_helpers import rejects_in_place
 
 
 def reference(x):

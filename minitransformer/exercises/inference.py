@@ -4,7 +4,8 @@ behind FlashAttention, and appending one decoding step to a preallocated cache."
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
