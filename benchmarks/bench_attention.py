@@ -72,7 +72,7 @@ def main() -> int:
                 cpu[name].append(time.process_time() - start_cpu)
 
     def ratio(a: str, b: str, table: dict[str, list[float]] = times) -> float:
-        return statistics.median(x / y for x, y in zip(table[a], table[b]))
+        return statistics.median(x / y for x, y in zip(table[a], table[b], strict=True))
 
     print(f"MultiHeadAttention forward, B={B}, T=S={T}, d_model={D_MODEL}, h={H}, float32, {device}, "
           f"{torch.get_num_threads()} threads, {args.rounds} alternating rounds")

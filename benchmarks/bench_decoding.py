@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch.utils.benchmark import Timer
@@ -95,15 +96,16 @@ def main() -> int:
             gen = torch.Generator().manual_seed(B)
             src = torch.randint(3, VOCAB, (B, SRC_LEN), generator=gen).to(device)  # no padding
             everywhere = torch.ones(B, 1, 1, SRC_LEN, dtype=torch.bool, device=device)
+            # partial binds this round's model and src (a lambda would see the loop's last)
             variants = {
-                "beam, old": lambda: frozen_beam_search(model, src, max_len, 1, None,
-                                                        beam_size=BEAM),
-                "beam, new": lambda: beam_search(model, src, max_len, 1, None, beam_size=BEAM),
+                "beam, old": partial(frozen_beam_search, model, src, max_len, 1, None,
+                                     beam_size=BEAM),
+                "beam, new": partial(beam_search, model, src, max_len, 1, None, beam_size=BEAM),
             }
             if model_name == "inference":
-                variants["greedy, all-True mask"] = lambda: greedy_decode(
-                    model, src, max_len, 1, None, src_mask=everywhere)
-                variants["greedy, no mask"] = lambda: greedy_decode(model, src, max_len, 1, None)
+                variants["greedy, all-True mask"] = partial(
+                    greedy_decode, model, src, max_len, 1, None, src_mask=everywhere)
+                variants["greedy, no mask"] = partial(greedy_decode, model, src, max_len, 1, None)
             if not torch.equal(variants["beam, old"](), variants["beam, new"]()):
                 print(f"ERROR: old and new beam search differ at B={B}")
                 return 1
@@ -117,7 +119,7 @@ def main() -> int:
             for old, new in (("beam, old", "beam, new"),
                              ("greedy, all-True mask", "greedy, no mask")):
                 if old in times:
-                    ratios = [o / n for o, n in zip(times[old], times[new])]
+                    ratios = [o / n for o, n in zip(times[old], times[new], strict=True)]
                     print(f"  B={B:3d} speed-up {new!r} over {old!r}: {spread(ratios)}x")
                     if new == "beam, new":
                         ratio = statistics.median(ratios)

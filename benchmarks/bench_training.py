@@ -94,7 +94,7 @@ def alternate(fns: dict, rounds: int, number: int = 1) -> dict[str, list[float]]
 
 
 def ratios(times: dict[str, list[float]], a: str, b: str) -> str:
-    rs = [x / y for x, y in zip(times[a], times[b])]
+    rs = [x / y for x, y in zip(times[a], times[b], strict=True)]
     return f"median {statistics.median(rs):.2f}x (rounds {min(rs):.2f}-{max(rs):.2f})"
 
 
@@ -165,7 +165,7 @@ def main() -> int:
               f"{1e3 * statistics.median(enc['torch' + pad]):.1f} ms; ours / torch "
               f"{ratios(enc, 'ours' + pad, 'torch' + pad)}")
 
-    ok = statistics.median(x / y for x, y in zip(train["ours"], train["torch"])) <= TARGET
+    ok = statistics.median(x / y for x, y in zip(train["ours"], train["torch"], strict=True)) <= TARGET
     print(f"training step target <= {TARGET}x {'met' if ok else 'MISSED'}")
     return 0 if ok or args.no_check else 1
 

@@ -66,7 +66,7 @@ def frozen_beam_search(
                 continue
             free = min(beam_size - len(finished[b]), rows.numel() * V)
             top_logp, top_index = candidates[rows].reshape(-1).topk(free)  # best first
-            for logp, index in zip(top_logp, top_index.tolist()):
+            for logp, index in zip(top_logp, top_index.tolist(), strict=True):
                 row, token = int(rows[index // V]), index % V
                 if eos_id is not None and token == eos_id:  # finished: keeps its slot
                     seq = torch.cat([alive[row], alive.new_tensor([token])])

@@ -31,7 +31,7 @@ def test_values_match_the_formula_at_random_positions_and_dimensions() -> None:
     assert pe.shape == (P, d_model)
     positions = torch.randint(0, P, (200,), generator=gen)
     dims = torch.randint(0, d_model, (200,), generator=gen)
-    for pos, j in zip(positions.tolist(), dims.tolist()):
+    for pos, j in zip(positions.tolist(), dims.tolist(), strict=True):
         i = j // 2  # pair index: dimension j is 2i (sin) or 2i + 1 (cos)
         angle = pos / 10000 ** (2 * i / d_model)  # written as in the paper, with math
         want = math.sin(angle) if j % 2 == 0 else math.cos(angle)

@@ -350,7 +350,7 @@ def test_shard_batch_splits_rows_and_keeps_the_type():
     half = shard_batch(nested, 1, 2)
     assert half["x"].tolist() == [2, 3] and half["pair"][0].shape == (2, 2)
     assert isinstance(half["pair"][1], list) and half["pair"][1][0].shape == (2,)
-    assert all(torch.equal(a, b) for a, b in zip(shard_batch(batch, 0, 1), batch))  # one process
+    assert all(torch.equal(a, b) for a, b in zip(shard_batch(batch, 0, 1), batch, strict=True))  # one process
 
 
 @pytest.mark.parametrize(
@@ -493,7 +493,7 @@ def test_default_loss_gives_the_same_numbers_as_the_plain_loop(one_thread):
             losses = _reference_loop(model, batches, optimizer, scheduler, loss_fn, 1.0)
         runs.append((losses, [p.detach().clone() for p in model.parameters()]))
     assert runs[0][0] == runs[1][0]  # bit for bit
-    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
     assert seq2seq_loss(_tiny_model(), batches[0]).dim() == 0  # the default criterion
 
 
@@ -558,7 +558,7 @@ def test_loss_and_eval_fn_replace_a_hand_written_adam_loop():
                     eval_fn=eval_fn, eval_every=every, progress=False)
     assert history.eval_metric == curve and history.eval_steps == [4, 8, 12]
     assert history.eval_loss == []  # no eval_batch
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters(), strict=True))
     assert modes == [(False, False)] * 3  # eval mode, no gradients
     assert model2.training
 
@@ -628,7 +628,7 @@ def test_train_refuses_a_nan_loss_and_a_non_scalar_loss():
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(ValueError, match="loss of update 1 is nan"):
         train(model, [(src, tgt)], optimizer, progress=False)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(ValueError, match=r"scalar tensor, got \(2,\)"):
         train(model, [(src, tgt)], optimizer, loss=lambda m, b: torch.ones(2, requires_grad=True),
               progress=False)
