@@ -19,9 +19,9 @@ of the per-round ratios, which compares runs made moments apart; min-max in brac
 Times come from ``torch.utils.benchmark.Timer``, one run per measurement. On the CPU it reads
 the process's CPU time by default (``--clock cpu``): on one thread that is the time the
 decoding ran, without the moments other programs had the processor, the more faithful number
-on a shared machine. On CUDA it reads wall time and synchronises the device. Floors (exit status 1 below them): the new beam search is not slower than the
-old on the inference model (ratio >= 0.9 at every B), and at least 1.5x faster on the small
-model at B = 64.
+on a shared machine. On CUDA it reads wall time and synchronises the device. Floors (exit
+status 1 below them): the new beam search is not slower than the old on the inference model
+(ratio >= 0.9 at every B), and at least 1.5x faster on the small model at B = 64.
 
 Run: ``.venv/bin/python benchmarks/bench_decoding.py [--rounds 5] [--new 32] [--device cpu]
 [--clock cpu|wall] [--no-check]``

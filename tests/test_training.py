@@ -99,7 +99,8 @@ def test_noam_step_zero_and_scale():
         (dict(step=1, d_model=512, scale=0.0), "scale"),
         (dict(step=1, d_model=512, scale=float("nan")), "scale must be finite"),
         (dict(step=1, d_model=512, decay_steps=5), "decay_steps=5 needs total_steps"),
-        (dict(step=1, d_model=512, total_steps=4, decay_steps=5), "decay_steps=5 must be <= total_steps=4"),
+        (dict(step=1, d_model=512, total_steps=4, decay_steps=5),
+         "decay_steps=5 must be <= total_steps=4"),
         (dict(step=1, d_model=512, total_steps=0), "total_steps must be positive"),
     ],
 )
@@ -328,7 +329,8 @@ def test_exact_match():
 
 
 def test_exact_match_follows_the_device(device):
-    out = exact_match(torch.tensor([[1, 4, 2]], device=device), torch.tensor([[1, 4, 2]], device=device), 2)
+    row = torch.tensor([[1, 4, 2]], device=device)
+    out = exact_match(row, row.clone(), 2)
     assert out.device.type == device.type and out.tolist() == [True]
 
 
@@ -345,19 +347,22 @@ def test_shard_batch_splits_rows_and_keeps_the_type():
     shards = [shard_batch(batch, r, 3) for r in range(3)]
     assert all(type(s) is type(batch) and s.src.shape[0] == 2 for s in shards)
     for i, field_ in enumerate(batch):
-        assert torch.equal(torch.cat([s[i] for s in shards]), field_)  # the shards, in order, are the batch
+        # the shards, in order, are the batch
+        assert torch.equal(torch.cat([s[i] for s in shards]), field_)
     nested = {"x": torch.arange(4), "pair": (torch.zeros(4, 2), [torch.ones(4)])}
     half = shard_batch(nested, 1, 2)
     assert half["x"].tolist() == [2, 3] and half["pair"][0].shape == (2, 2)
     assert isinstance(half["pair"][1], list) and half["pair"][1][0].shape == (2,)
-    assert all(torch.equal(a, b) for a, b in zip(shard_batch(batch, 0, 1), batch, strict=True))  # one process
+    one_process = shard_batch(batch, 0, 1)
+    assert all(torch.equal(a, b) for a, b in zip(one_process, batch, strict=True))
 
 
 @pytest.mark.parametrize(
     "batch, rank, world, error, words",
     [
         ((torch.zeros(5, 2),), 0, 2, ValueError, "B=5 does not split into world_size=2"),
-        ((torch.zeros(4, 2), torch.zeros(3)), 0, 2, ValueError, "same batch size B on dim 0, got 3, 4"),
+        ((torch.zeros(4, 2), torch.zeros(3)), 0, 2, ValueError,
+         "same batch size B on dim 0, got 3, 4"),
         ((torch.zeros(4),), 2, 2, ValueError, r"rank must lie in \[0, world_size=2\), got 2"),
         ((torch.zeros(4),), 0, 0, ValueError, "world_size must be positive"),
         ((torch.zeros(4),), 0.0, 2, TypeError, "rank must be an int"),
@@ -558,7 +563,8 @@ def test_loss_and_eval_fn_replace_a_hand_written_adam_loop():
                     eval_fn=eval_fn, eval_every=every, progress=False)
     assert history.eval_metric == curve and history.eval_steps == [4, 8, 12]
     assert history.eval_loss == []  # no eval_batch
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters(), strict=True))
+    pairs = zip(model.parameters(), model2.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     assert modes == [(False, False)] * 3  # eval mode, no gradients
     assert model2.training
 
