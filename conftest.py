@@ -84,8 +84,8 @@ class ExpressionCell(pytest.Item):
     def runtest(self):
         kernel = self.parent.kernel
         expressions = expressions_in(self.cell.source)
-        expressions = self.cell.metadata.get("user_expressions", [])
-        stored = {e["expression"]: e["result"] for e in expressions}
+        recorded = self.cell.metadata.get("user_expressions", [])
+        stored = {e["expression"]: e["result"] for e in recorded}
         missing = [e for e in expressions if e not in stored]
         if missing:
             raise ExpressionMismatch(f"no stored value for {missing}: run `make notebooks`")

@@ -19,7 +19,8 @@ from minitransformer.exercises import (
 
 # ------------------------------------------------------------------ KV-cache bytes
 def bytes_reference(cfg, seq_len, batch_size, bytes_per_element):
-    return 2 * batch_size * seq_len * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
+    return batch_size * seq_len * per_token
 
 
 def test_kv_bytes_accepts_reference_and_stub(capsys):
@@ -32,9 +33,11 @@ def test_kv_bytes_accepts_reference_and_stub(capsys):
     [
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_heads * c.head_dim * e, "query heads"),
         (lambda c, n, b, e: b * n * c.num_layers * c.num_kv_heads * c.head_dim * e, "factor 2"),
-        (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim, "counts elements"),
+        (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim,
+         "counts elements"),
         (lambda c, n, b, e: 2 * b * n * c.num_kv_heads * c.head_dim * e, "counts one layer"),
-        (lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e, "ignores batch_size"),
+        (lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e,
+         "ignores batch_size"),
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.d_model * e * 3, "expected"),
     ],
 )
@@ -62,7 +65,8 @@ def step_no_rescale(m, ell, acc, scores, values):
 
 def step_no_max(m, ell, acc, scores, values):
     p = torch.exp(scores)
-    return torch.maximum(m, scores.amax(-1, keepdim=True)), ell + p.sum(-1, keepdim=True), acc + p @ values
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    return m_new, ell + p.sum(-1, keepdim=True), acc + p @ values
 
 
 def step_block_max(m, ell, acc, scores, values):

@@ -20,7 +20,11 @@ def test_accepts_the_reference(capsys):
 
 
 def test_accepts_the_package_function(capsys):
-    check_quantize_rows(lambda x: (lambda q: (q.values, q.scale.float()))(quantize_int8(x, scale_dtype=torch.float32)))
+    def package(x):
+        q = quantize_int8(x, scale_dtype=torch.float32)
+        return q.values, q.scale.float()
+
+    check_quantize_rows(package)
     assert "Correct" in capsys.readouterr().out
 
 
