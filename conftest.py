@@ -26,7 +26,8 @@ ROOT = pathlib.Path(__file__).parent
 
 def toc_notebooks() -> set[pathlib.Path]:
     """The notebooks that _toc.yml lists, as absolute paths."""
-    files = re.findall(r"^\s*-?\s*(?:file|root):\s*([^\s#]+)", (ROOT / "_toc.yml").read_text(), re.M)
+    toc = (ROOT / "_toc.yml").read_text()
+    files = re.findall(r"^\s*-?\s*(?:file|root):\s*([^\s#]+)", toc, re.M)
     return {(ROOT / f).with_suffix(".ipynb").resolve() for f in files}
 
 
@@ -44,7 +45,8 @@ if os.environ.get("CI"):
 
 def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
     if collection_path.suffix == ".ipynb":
-        return collection_path.resolve() not in _TOC or ".ipynb_checkpoints" in collection_path.parts
+        return (collection_path.resolve() not in _TOC
+                or ".ipynb_checkpoints" in collection_path.parts)
     return None
 
 
@@ -82,7 +84,8 @@ class ExpressionCell(pytest.Item):
     def runtest(self):
         kernel = self.parent.kernel
         expressions = expressions_in(self.cell.source)
-        stored = {e["expression"]: e["result"] for e in self.cell.metadata.get("user_expressions", [])}
+        recorded = self.cell.metadata.get("user_expressions", [])
+        stored = {e["expression"]: e["result"] for e in recorded}
         missing = [e for e in expressions if e not in stored]
         if missing:
             raise ExpressionMismatch(f"no stored value for {missing}: run `make notebooks`")
@@ -102,8 +105,8 @@ class ExpressionCell(pytest.Item):
             if got["status"] != "ok":
                 problems.append(f"{{eval}}`{expr}` raised {got.get('ename')}: {got.get('evalue')}")
             elif got["data"].get("text/plain") != stored[expr]["data"].get("text/plain"):
-                problems.append(f"{{eval}}`{expr}` is {got['data'].get('text/plain')}, the notebook "
-                                f"stores {stored[expr]['data'].get('text/plain')}")
+                problems.append(f"{{eval}}`{expr}` is {got['data'].get('text/plain')}, "
+                                f"the notebook stores {stored[expr]['data'].get('text/plain')}")
         if problems:
             raise ExpressionMismatch("; ".join(problems))
 

@@ -72,10 +72,10 @@ def main() -> int:
                 cpu[name].append(time.process_time() - start_cpu)
 
     def ratio(a: str, b: str, table: dict[str, list[float]] = times) -> float:
-        return statistics.median(x / y for x, y in zip(table[a], table[b]))
+        return statistics.median(x / y for x, y in zip(table[a], table[b], strict=True))
 
-    print(f"MultiHeadAttention forward, B={B}, T=S={T}, d_model={D_MODEL}, h={H}, float32, {device}, "
-          f"{torch.get_num_threads()} threads, {args.rounds} alternating rounds")
+    print(f"MultiHeadAttention forward, B={B}, T=S={T}, d_model={D_MODEL}, h={H}, float32, "
+          f"{device}, {torch.get_num_threads()} threads, {args.rounds} alternating rounds")
     for name in names:
         print(f"  {name:34s} median {1e3 * statistics.median(times[name]):8.1f} ms")
     explicit_w = ratio(names[0], names[2])
@@ -83,9 +83,11 @@ def main() -> int:
     explicit_nw = ratio(names[0], names[3])
     fused_nw = ratio(names[1], names[3])
     print("Ratios (median of per-round ratios; lower is faster):")
-    print(f"  explicit / torch(need_weights=True)  = {explicit_w:.2f}  (target <= {TARGET_EXPLICIT})")
+    print(f"  explicit / torch(need_weights=True)  = {explicit_w:.2f}  "
+          f"(target <= {TARGET_EXPLICIT})")
     print(f"  fused    / torch(need_weights=True)  = {fused_w:.2f}  (target <= {TARGET_FUSED})")
-    print(f"  explicit / torch(need_weights=False) = {explicit_nw:.2f}  (for honesty: torch's fused path)")
+    print(f"  explicit / torch(need_weights=False) = {explicit_nw:.2f}  "
+          "(for honesty: torch's fused path)")
     print(f"  fused    / torch(need_weights=False) = {fused_nw:.2f}")
     if device.type == "cpu":
         print("CPU-time ratios (less sensitive to other processes on a shared machine):")

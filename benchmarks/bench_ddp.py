@@ -108,7 +108,7 @@ def main() -> int:
             rates[name].append(run_config(name, args.updates))
     base = rates[configs[0]]
     for name in configs:
-        ratios = [x / b for x, b in zip(rates[name], base)]
+        ratios = [x / b for x, b in zip(rates[name], base, strict=True)]
         print(f"{name:>28}: {statistics.median(rates[name]):6.1f} updates/s "
               f"(rounds: {', '.join(f'{x:.1f}' for x in rates[name])}); "
               f"x{statistics.median(ratios):.2f} of 1 process, 1 thread")

@@ -19,9 +19,9 @@ of the per-round ratios, which compares runs made moments apart; min-max in brac
 Times come from ``torch.utils.benchmark.Timer``, one run per measurement. On the CPU it reads
 the process's CPU time by default (``--clock cpu``): on one thread that is the time the
 decoding ran, without the moments other programs had the processor, the more faithful number
-on a shared machine. On CUDA it reads wall time and synchronises the device. Floors (exit status 1 below them): the new beam search is not slower than the
-old on the inference model (ratio >= 0.9 at every B), and at least 1.5x faster on the small
-model at B = 64.
+on a shared machine. On CUDA it reads wall time and synchronises the device. Floors (exit
+status 1 below them): the new beam search is not slower than the old on the inference model
+(ratio >= 0.9 at every B), and at least 1.5x faster on the small model at B = 64.
 
 Run: ``.venv/bin/python benchmarks/bench_decoding.py [--rounds 5] [--new 32] [--device cpu]
 [--clock cpu|wall] [--no-check]``
@@ -34,7 +34,8 @@ import pathlib
 import statistics
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch.utils.benchmark import Timer
@@ -95,15 +96,16 @@ def main() -> int:
             gen = torch.Generator().manual_seed(B)
             src = torch.randint(3, VOCAB, (B, SRC_LEN), generator=gen).to(device)  # no padding
             everywhere = torch.ones(B, 1, 1, SRC_LEN, dtype=torch.bool, device=device)
+            # partial binds this round's model and src (a lambda would see the loop's last)
             variants = {
-                "beam, old": lambda: frozen_beam_search(model, src, max_len, 1, None,
-                                                        beam_size=BEAM),
-                "beam, new": lambda: beam_search(model, src, max_len, 1, None, beam_size=BEAM),
+                "beam, old": partial(frozen_beam_search, model, src, max_len, 1, None,
+                                     beam_size=BEAM),
+                "beam, new": partial(beam_search, model, src, max_len, 1, None, beam_size=BEAM),
             }
             if model_name == "inference":
-                variants["greedy, all-True mask"] = lambda: greedy_decode(
-                    model, src, max_len, 1, None, src_mask=everywhere)
-                variants["greedy, no mask"] = lambda: greedy_decode(model, src, max_len, 1, None)
+                variants["greedy, all-True mask"] = partial(
+                    greedy_decode, model, src, max_len, 1, None, src_mask=everywhere)
+                variants["greedy, no mask"] = partial(greedy_decode, model, src, max_len, 1, None)
             if not torch.equal(variants["beam, old"](), variants["beam, new"]()):
                 print(f"ERROR: old and new beam search differ at B={B}")
                 return 1
@@ -117,7 +119,7 @@ def main() -> int:
             for old, new in (("beam, old", "beam, new"),
                              ("greedy, all-True mask", "greedy, no mask")):
                 if old in times:
-                    ratios = [o / n for o, n in zip(times[old], times[new])]
+                    ratios = [o / n for o, n in zip(times[old], times[new], strict=True)]
                     print(f"  B={B:3d} speed-up {new!r} over {old!r}: {spread(ratios)}x")
                     if new == "beam, new":
                         ratio = statistics.median(ratios)

@@ -94,7 +94,7 @@ def alternate(fns: dict, rounds: int, number: int = 1) -> dict[str, list[float]]
 
 
 def ratios(times: dict[str, list[float]], a: str, b: str) -> str:
-    rs = [x / y for x, y in zip(times[a], times[b])]
+    rs = [x / y for x, y in zip(times[a], times[b], strict=True)]
     return f"median {statistics.median(rs):.2f}x (rounds {min(rs):.2f}-{max(rs):.2f})"
 
 
@@ -106,7 +106,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
     args = parser.parse_args()
-    warnings.filterwarnings("ignore", message=".*nested tensors is in prototype")  # torch's fast path
+    # torch's fast path warns about nested tensors
+    warnings.filterwarnings("ignore", message=".*nested tensors is in prototype")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -141,8 +142,8 @@ def main() -> int:
     for step in steps.values():  # warm-up
         step()
         step()
-    print(f"d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, vocab={VOCAB}, "
-          f"batch {BATCH} x {LENGTH} tokens; torch {torch.__version__}, {device}, "
+    print(f"d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
+          f"vocab={VOCAB}, batch {BATCH} x {LENGTH} tokens; torch {torch.__version__}, {device}, "
           f"{torch.get_num_threads()} thread(s), {args.rounds} alternating rounds")
     train = alternate(steps, args.rounds)
     print(f"training step: ours {1e3 * statistics.median(train['ours']):.0f} ms, torch "
@@ -165,7 +166,8 @@ def main() -> int:
               f"{1e3 * statistics.median(enc['torch' + pad]):.1f} ms; ours / torch "
               f"{ratios(enc, 'ours' + pad, 'torch' + pad)}")
 
-    ok = statistics.median(x / y for x, y in zip(train["ours"], train["torch"])) <= TARGET
+    train_ratios = [x / y for x, y in zip(train["ours"], train["torch"], strict=True)]
+    ok = statistics.median(train_ratios) <= TARGET
     print(f"training step target <= {TARGET}x {'met' if ok else 'MISSED'}")
     return 0 if ok or args.no_check else 1
 

@@ -88,7 +88,8 @@ def apply_task(task: str, tokens: Tensor) -> Tensor:
     _check_task(task)
     _checks.tensor("tokens", tokens, kind="int")
     if tokens.dim() != 1:
-        raise ValueError(f"apply_task expects one sequence of shape (n,), got {tuple(tokens.shape)}")
+        raise ValueError("apply_task expects one sequence of shape (n,), "
+                         f"got {tuple(tokens.shape)}")
     if task == "copy":
         return tokens.clone()
     if task == "reverse":

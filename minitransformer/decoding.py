@@ -23,6 +23,8 @@ Beam search maximises the length-normalised log-probability of Wu et al. (2016),
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 import torch
 from torch import Tensor, nn
 
@@ -78,23 +80,36 @@ def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor |
     return src_mask
 
 
-def _check_model(model: object) -> None:
+class _EncoderDecoder(Protocol):
+    """What the decoders call: the ``encode`` and ``decode`` of a Transformer."""
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
+
+    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
+               cache: KVCache | None = None) -> Tensor: ...
+
+
+def _check_model(model: object) -> _EncoderDecoder:
     """Decoders take a :class:`~minitransformer.model.Transformer`, or anything with the same
-    ``encode`` and ``decode``."""
+    ``encode`` and ``decode``; returns ``model``, typed as having them."""
     if not (callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None))):
         raise TypeError(f"model must have encode() and decode() (a Transformer), got "
                         f"{type(model).__name__}")
+    return cast(_EncoderDecoder, model)  # checked just above
 
 
-def _check_decode_args(model: nn.Module, src: Tensor, src_mask: Tensor | None, bos_id: object,
-                       eos_id: object, pad_id: object, cache_cls: object) -> Tensor | None:
-    """The checks both decoders share; returns the ``src_mask`` to use (see _check_source)."""
-    _check_model(model)
+def _check_decode_args(
+    model: nn.Module, src: Tensor, src_mask: Tensor | None, bos_id: int, eos_id: int | None,
+    pad_id: int, cache_cls: type[AttentionCache] | None,
+) -> tuple[_EncoderDecoder, Tensor | None]:
+    """The checks both decoders share; returns ``model`` (see _check_model) and the
+    ``src_mask`` to use (see _check_source)."""
+    seq2seq = _check_model(model)
     _check_ids(model, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     if cache_cls is not None and not (isinstance(cache_cls, type)
                                       and issubclass(cache_cls, AttentionCache)):
         raise TypeError(f"cache_cls must be a subclass of AttentionCache, got {cache_cls!r}")
-    return _check_source(src, src_mask, pad_id)
+    return seq2seq, _check_source(src, src_mask, pad_id)
 
 
 def _ids(src: Tensor, shape: tuple[int, ...], fill: int) -> Tensor:
@@ -124,14 +139,15 @@ def greedy_decode(
     False recomputes the whole prefix. Same tokens either way.
     """
     max_len = positive_int("max_len", max_len)
-    src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id,
+                                           cache_cls)
     B = src.shape[0]
     if B == 0:
         return _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
     # inference_mode rather than no_grad: it also skips the version-counter and view
     # bookkeeping of every tensor, a noticeable part of a cached step (many small operations).
     with torch.inference_mode():
-        memory = model.encode(src, src_mask)  # (B, S, d_model), computed once
+        memory = seq2seq.encode(src, src_mask)  # (B, S, d_model), computed once
         ys = _ids(src, (B, max_len), pad_id)  # preallocated output
         ys[:, 0] = bos_id
         cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
@@ -139,9 +155,9 @@ def greedy_decode(
         length = 1  # ids written so far
         for t in range(1, max_len):
             if cache is None:  # the whole prefix
-                logits = model.decode(ys[:, :t], memory, src_mask=src_mask)[:, -1]  # (B, V)
+                logits = seq2seq.decode(ys[:, :t], memory, src_mask=src_mask)[:, -1]  # (B, V)
             else:  # only the newest token; the cache holds the keys/values of the others
-                logits = model.decode(ys[:, t - 1 : t], memory, src_mask=src_mask,
+                logits = seq2seq.decode(ys[:, t - 1 : t], memory, src_mask=src_mask,
                                       cache=cache)[:, -1]  # (B, V)
             next_token = logits.argmax(dim=-1)  # (B,)
             if eos_id is not None:
@@ -203,7 +219,8 @@ def beam_search_with_scores(
     use_cache: bool = True,
     cache_cls: type[AttentionCache] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Keep the ``beam_size`` best partial outputs per example (section "Decoding the trained model").
+    """Keep the ``beam_size`` best partial outputs per example (section "Decoding the trained
+    model").
 
     Every step extends each live hypothesis by every token and fills the example's free slots
     with the best extensions by summed log-probability (one ``topk`` over ``(B, k * V)``). An
@@ -217,20 +234,22 @@ def beam_search_with_scores(
     """
     max_len, k = positive_int("max_len", max_len), positive_int("beam_size", beam_size)
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
-    src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id,
+                                           cache_cls)
     B, device = src.shape[0], src.device
     if B == 0:
         out = _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
         return out, torch.zeros(0, device=device)
     with torch.inference_mode():
         # Model rows are (example, slot) pairs, B * k of them: example b owns rows b*k .. b*k+k-1.
-        memory = model.encode(src, src_mask).repeat_interleave(k, dim=0)  # (B * k, S, d_model)
+        memory = seq2seq.encode(src, src_mask).repeat_interleave(k, dim=0)  # (B * k, S, d_model)
         if src_mask is not None and src_mask.shape[0] == B:
             src_mask = src_mask.repeat_interleave(k, dim=0)  # (B * k, 1, 1, S)
         cache = KVCache.for_model(model, max_len, cache_cls) if use_cache else None
         seqs = _ids(src, (B, k, max_len), pad_id)  # each slot's hypothesis, PAD after it
         seqs[:, :, 0] = bos_id
-        logp = torch.full((B, k), float("-inf"), device=device)  # summed log-probs; -inf: empty slot
+        # (B, k) summed log-probs of each slot's hypothesis; -inf: empty slot
+        logp = torch.full((B, k), float("-inf"), device=device)
         logp[:, 0] = 0.0  # one live hypothesis to start with: BOS
         n_live = torch.ones(B, dtype=torch.long, device=device)  # live hypotheses per example
         n_done = torch.zeros(B, dtype=torch.long, device=device)  # finished ones (slots taken)
@@ -241,9 +260,9 @@ def beam_search_with_scores(
         for t in range(1, max_len):  # t tokens generated after this step
             rows = seqs.view(B * k, max_len)
             if cache is None:  # the whole prefix
-                logits = model.decode(rows[:, :t], memory, src_mask=src_mask)[:, -1]
+                logits = seq2seq.decode(rows[:, :t], memory, src_mask=src_mask)[:, -1]
             else:  # only the newest token; the cache holds the rest
-                logits = model.decode(rows[:, t - 1 : t], memory, src_mask=src_mask,
+                logits = seq2seq.decode(rows[:, t - 1 : t], memory, src_mask=src_mask,
                                       cache=cache)[:, -1]  # (B * k, V)
             log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B * k, V)
             V = log_probs.shape[-1]
@@ -297,7 +316,7 @@ def sequence_score(
     and including the first ``eos_id`` (to its end if it has none). Compares greedy and beam
     outputs (chapter "Training a Transformer", section "Decoding the trained model").
     """
-    _check_model(model)
+    seq2seq = _check_model(model)
     tensor("seqs", seqs, kind="int", ndim=2, what="(B, L) of token ids")
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
     _check_ids(model, eos_id=eos_id, pad_id=pad_id)
@@ -309,8 +328,8 @@ def sequence_score(
     if L < 2 or B == 0:
         return torch.zeros(B, device=seqs.device)
     with torch.inference_mode():
-        memory = model.encode(src, src_mask)  # (B, S, d_model)
-        logits = model.decode(seqs[:, :-1], memory, src_mask=src_mask)  # (B, L - 1, V)
+        memory = seq2seq.encode(src, src_mask)  # (B, S, d_model)
+        logits = seq2seq.decode(seqs[:, :-1], memory, src_mask=src_mask)  # (B, L - 1, V)
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         targets = seqs[:, 1:]  # (B, L - 1): the generated tokens
         token_logp = log_probs.gather(-1, targets[..., None])[..., 0]  # (B, L - 1)

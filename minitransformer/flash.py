@@ -2,7 +2,7 @@
 
 Chapter "Inference: the KV cache and the cost of attention", section "FlashAttention's idea".
 :func:`tiled_attention` walks over the keys in blocks and keeps, per query row, the running
-maximum ``m``, normaliser ``l = sum exp(s - m)`` and unnormalised output
+maximum ``m``, normaliser ``ell = sum exp(s - m)`` (the text's l) and unnormalised output
 ``acc = sum exp(s - m) v`` (:func:`online_softmax_step`), so its largest intermediate is a
 ``(T, block_size)`` score tile instead of ``(T, S)``. FlashAttention (Dao et al., 2022) fuses
 this into one GPU kernel to save memory traffic; in plain PyTorch we show the memory saving
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,15 +29,15 @@ from minitransformer.attention import check_qkv
 __all__ = ["online_softmax_step", "tiled_attention", "peak_memory_bytes"]
 
 
-def _check_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor) -> None:
-    for name, x in (("m", m), ("l", l), ("acc", acc), ("scores", scores), ("values", values)):
+def _check_step(m: Tensor, ell: Tensor, acc: Tensor, scores: Tensor, values: Tensor) -> None:
+    for name, x in (("m", m), ("ell", ell), ("acc", acc), ("scores", scores), ("values", values)):
         tensor(name, x, kind="float")
         if x.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(x.shape)}")
     lead, T = scores.shape[:-2], scores.shape[-2]
-    shapes = {"m": (*lead, T, 1), "l": (*lead, T, 1), "acc": (*lead, T, values.shape[-1]),
+    shapes = {"m": (*lead, T, 1), "ell": (*lead, T, 1), "acc": (*lead, T, values.shape[-1]),
               "values": (*lead, scores.shape[-1], values.shape[-1])}
-    for name, x in (("m", m), ("l", l), ("acc", acc), ("values", values)):
+    for name, x in (("m", m), ("ell", ell), ("acc", acc), ("values", values)):
         if tuple(x.shape) != shapes[name]:
             raise ValueError(
                 f"{name} must have shape {shapes[name]} for scores (..., T, S_blk) = "
@@ -46,7 +47,7 @@ def _check_step(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tenso
 
 
 def _online_softmax_step(
-    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+    m: Tensor, ell: Tensor, acc: Tensor, scores: Tensor, values: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T, 1)
     # A row that has seen only masked keys keeps m_new = -inf; use 0 there so that
@@ -55,26 +56,26 @@ def _online_softmax_step(
     # exp_ works in place on the fresh difference: one (T, S_blk) tile less, inputs untouched.
     p = (scores - m_safe).exp_()  # (..., T, S_blk) unnormalised block weights
     correction = torch.exp(m - m_safe)  # (..., T, 1) rescales what was summed under the old max
-    l_new = correction * l + p.sum(dim=-1, keepdim=True)
+    ell_new = correction * ell + p.sum(dim=-1, keepdim=True)
     # correction * acc + p @ values, accumulated into the fresh product (one (T, d_v) less)
     acc_new = torch.matmul(p, values).addcmul_(correction, acc)  # (..., T, d_v)
-    return m_new, l_new, acc_new
+    return m_new, ell_new, acc_new
 
 
 def online_softmax_step(
-    m: Tensor, l: Tensor, acc: Tensor, scores: Tensor, values: Tensor
+    m: Tensor, ell: Tensor, acc: Tensor, scores: Tensor, values: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Fold one block of keys into the running softmax statistics (section "Deriving the
     online softmax").
 
-    ``m``, ``l`` ``(..., T, 1)``: running maximum (``-inf`` before the first block) and
+    ``m``, ``ell`` ``(..., T, 1)``: running maximum (``-inf`` before the first block) and
     normaliser ``sum exp(s - m)``; ``acc`` ``(..., T, d_v)``: running ``sum exp(s - m) v``;
     ``scores`` ``(..., T, S_blk)`` (masked entries ``-inf``) and ``values`` ``(..., S_blk, d_v)``
-    of the new block. Returns the new ``(m, l, acc)``; after the last block ``acc / l`` is the
+    of the new block. Returns the new ``(m, ell, acc)``; after the last block ``acc / ell`` is the
     attention output.
     """
-    _check_step(m, l, acc, scores, values)
-    return _online_softmax_step(m, l, acc, scores, values)
+    _check_step(m, ell, acc, scores, values)
+    return _online_softmax_step(m, ell, acc, scores, values)
 
 
 def tiled_attention(
@@ -109,7 +110,7 @@ def tiled_attention(
     # Scale the queries once (T x d_k) rather than every score block.
     q = query * (1.0 / math.sqrt(d_k))
     m = torch.full((*lead, T, 1), float("-inf"), dtype=query.dtype, device=query.device)
-    l = torch.zeros((*lead, T, 1), dtype=query.dtype, device=query.device)
+    ell = torch.zeros((*lead, T, 1), dtype=query.dtype, device=query.device)
     acc = torch.zeros((*lead, T, d_v), dtype=query.dtype, device=query.device)
     rows = torch.arange(T, device=query.device)[:, None]  # (T, 1) query positions (causal)
 
@@ -123,10 +124,10 @@ def tiled_attention(
         if causal:
             cols = torch.arange(start, end, device=query.device)[None, :]  # (1, S_blk)
             scores = scores.masked_fill(cols > rows, float("-inf"))  # key after query: hidden
-        m, l, acc = _online_softmax_step(m, l, acc, scores, v_blk)
+        m, ell, acc = _online_softmax_step(m, ell, acc, scores, v_blk)
 
-    # A row that saw no key at all has l = 0 and acc = 0: clamping l gives 0, not 0/0 = NaN.
-    return acc / l.clamp_min(torch.finfo(l.dtype).tiny)
+    # A row that saw no key at all has ell = 0 and acc = 0: clamping ell gives 0, not 0/0 = NaN.
+    return acc / ell.clamp_min(torch.finfo(ell.dtype).tiny)
 
 
 class _MemoryTracker(TorchDispatchMode):
@@ -154,7 +155,13 @@ class _MemoryTracker(TorchDispatchMode):
             self.current -= entry[0]
             del self.live[address]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self,
+        func: Callable[..., Any],  # an ATen operator (torch._ops.OpOverload)
+        types: Sequence[type],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
         for x in tree_leaves((args, kwargs or {})):
             if isinstance(x, torch.Tensor):
                 address = x.untyped_storage().data_ptr()

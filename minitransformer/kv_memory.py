@@ -363,12 +363,13 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
 
 def format_bytes(n: float) -> str:
     """``1536 -> '1.50 KiB'``: binary units (KiB = 1024 bytes), three significant figures."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Real):
+    given: object = n  # checked as any object: mypy counts no numbers.Real as a float
+    if isinstance(given, bool) or not isinstance(given, numbers.Real):
         raise TypeError(f"n must be a number of bytes, got {type(n).__name__} {n!r}")
-    if not math.isfinite(n):
+    value, unit = float(given), 0
+    if not math.isfinite(value):
         raise ValueError(f"n must be a finite number of bytes, got {n}")
     units = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
-    value, unit = float(n), 0
     while abs(value) >= 1024 and unit < len(units) - 1:
         value /= 1024
         unit += 1

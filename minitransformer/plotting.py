@@ -11,12 +11,31 @@ scaled down and its 10-point labels fall below 9 px.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
+from matplotlib.colors import Colormap
+from matplotlib.container import BarContainer, ErrorbarContainer
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch, Patch
+from matplotlib.text import Annotation, Text
+from matplotlib.typing import RcKeyType
+from numpy.typing import ArrayLike
+from torch import Tensor
 
 from minitransformer import _checks
+
+if TYPE_CHECKING:
+    from minitransformer.training import TrainHistory
+
+#: What the helpers accept as data: a list, a numpy array or a tensor (moved to the CPU).
+Numbers: TypeAlias = ArrayLike | Tensor
 
 __all__ = [
     "STYLE",
@@ -44,7 +63,7 @@ __all__ = [
     "glue_figure",
 ]
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
     "savefig.dpi": 100,
     "figure.figsize": (6.4, 3.6),
@@ -68,7 +87,8 @@ COLORS = {
     "fourth": "#9467bd",  # purple
     "reference": "#888888",  # grey: reference lines, chance levels, diagram strokes
 }
-_CYCLE = [COLORS["measured"], COLORS["second"], COLORS["third"], COLORS["fourth"], "#ff7f0e", "#8c564b"]
+_CYCLE = [COLORS["measured"], COLORS["second"], COLORS["third"], COLORS["fourth"],
+          "#ff7f0e", "#8c564b"]
 
 #: The widest figure, in inches, whose 10-point labels stay >= 9 px in a 730 px column.
 MAX_WIDTH = 10.0
@@ -79,8 +99,10 @@ def use_style() -> None:
     plt.rcParams.update(STYLE)
 
 
-def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.6, **kwargs):
-    """A new ``width x height``-inch figure with ``nrows x ncols`` axes; ``(fig, axes)``.
+def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.6,
+           **kwargs: Any) -> tuple[Figure, Any]:
+    """A new ``width x height``-inch figure with ``nrows x ncols`` axes; ``(fig, axes)``, where
+    ``axes`` is one ``Axes`` or an array of them, as from ``plt.subplots``.
 
     It changes no global setting (call :func:`use_style` for the course style). ``width`` is
     capped at :data:`MAX_WIDTH`.
@@ -93,20 +115,20 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3
 
 
 def finish_axes(
-    ax,
+    ax: Axes,
     *,
     title: str | None = None,
     xlabel: str | None = None,
     ylabel: str | None = None,
     xlim: tuple[float | None, float | None] | None = None,
     ylim: tuple[float | None, float | None] | None = None,
-    xticks: Sequence[float] | None = None,
+    xticks: Iterable[float] | None = None,
     xticklabels: Sequence[str] | None = None,
     equal_aspect: bool = False,
     legend: bool | str = False,
     logx: bool = False,
     logy: bool = False,
-):
+) -> Axes:
     """Titles, labels, limits, ticks and a frameless legend (``legend`` may name its ``loc``,
     e.g. ``"lower left"``). Log scales print plain numbers (8, 64, 0.5, not 2^3). Returns
     ``ax``."""
@@ -137,11 +159,12 @@ def finish_axes(
     if equal_aspect:
         ax.set_aspect("equal")
     if legend:
-        ax.legend(frameon=False, **({} if legend is True else {"loc": legend}))
+        where: dict[str, Any] = {} if legend is True else {"loc": legend}
+        ax.legend(frameon=False, **where)
     return ax
 
 
-def _as_array(values, name: str = "values") -> np.ndarray:
+def _as_array(values: Numbers, name: str = "values") -> np.ndarray:
     if hasattr(values, "detach"):
         values = values.detach().cpu()
     try:
@@ -152,21 +175,21 @@ def _as_array(values, name: str = "values") -> np.ndarray:
 
 
 def heatmap(
-    ax,
-    matrix,
+    ax: Axes,
+    matrix: Numbers,
     xlabels: Sequence[str] | None = None,
     ylabels: Sequence[str] | None = None,
     *,
     title: str | None = None,
     xlabel: str | None = None,
     ylabel: str | None = None,
-    cmap: str = "viridis",
+    cmap: str | Colormap = "viridis",
     vmin: float | None = None,
     vmax: float | None = None,
     annotate: bool = False,
     colorbar: bool = True,
     fmt: str = "{:.2f}",
-):
+) -> AxesImage:
     """Draw a 2-D ``matrix`` on ``ax``, rows top to bottom as printed (row = query, column =
     key for attention weights); ``annotate`` writes each value in its cell. Returns the image."""
     m = _as_array(matrix, "matrix")
@@ -196,7 +219,7 @@ def heatmap(
 
 
 def attention_heatmaps(
-    weights,
+    weights: Numbers,
     xlabels: Sequence[str] | None = None,
     ylabels: Sequence[str] | None = None,
     *,
@@ -207,7 +230,7 @@ def attention_heatmaps(
     max_cols: int = 4,
     width_per_map: float = 2.4,
     height_per_row: float = 2.6,
-):
+) -> tuple[Figure, np.ndarray]:
     """One heatmap per head for weights ``(h, T, S)`` (or one for ``(T, S)``), colour 0 to 1.
 
     The maps wrap into rows of at most ``max_cols``; the figure is at most :data:`MAX_WIDTH`
@@ -219,7 +242,8 @@ def attention_heatmaps(
         w = w[None]
     if w.ndim != 3 or w.size == 0:
         raise ValueError(
-            f"attention_heatmaps needs non-empty weights of shape (h, T, S) or (T, S), got shape {w.shape}")
+            "attention_heatmaps needs non-empty weights of shape (h, T, S) or (T, S), "
+            f"got shape {w.shape}")
     h = w.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")
@@ -247,27 +271,28 @@ def attention_heatmaps(
 
 
 def mask_heatmap(
-    ax,
-    mask,
+    ax: Axes,
+    mask: Numbers,
     xlabels: Sequence[str] | None = None,
     ylabels: Sequence[str] | None = None,
     *,
     title: str | None = None,
     xlabel: str | None = "key position",
     ylabel: str | None = "query position",
-):
+) -> AxesImage:
     """Draw a boolean ``(T, S)`` mask: dark = may attend (True), light = blocked; cells show
     "1" / "0" when there are at most 144. Returns the image."""
     m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask)
     if m.ndim != 2:
         raise ValueError(f"mask_heatmap needs a 2-D (T, S) mask, got shape {m.shape}")
     if m.dtype != bool:
-        raise ValueError(f"mask_heatmap needs a boolean mask (True = may attend), got dtype {m.dtype}")
+        raise ValueError("mask_heatmap needs a boolean mask (True = may attend), "
+                         f"got dtype {m.dtype}")
     from matplotlib.colors import ListedColormap
 
-    im = heatmap(ax, m.astype(float), xlabels, ylabels, title=title, xlabel=xlabel, ylabel=ylabel,
-                 cmap=ListedColormap(["#eeeeee", COLORS["measured"]]), vmin=0.0, vmax=1.0,
-                 colorbar=False)
+    im = heatmap(ax, m.astype(float), xlabels, ylabels, title=title, xlabel=xlabel,
+                 ylabel=ylabel, cmap=ListedColormap(["#eeeeee", COLORS["measured"]]),
+                 vmin=0.0, vmax=1.0, colorbar=False)
     if m.size <= 144:
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
@@ -277,9 +302,9 @@ def mask_heatmap(
 
 
 def line_plot(
-    ax,
-    x,
-    series,
+    ax: Axes,
+    x: Numbers,
+    series: Mapping[str, Numbers | Mapping[str, Any]],
     *,
     xlabel: str | None = None,
     ylabel: str | None = None,
@@ -290,7 +315,7 @@ def line_plot(
     legend: bool | str = True,
     xlim: tuple[float | None, float | None] | None = None,
     ylim: tuple[float | None, float | None] | None = None,
-):
+) -> list[Line2D]:
     """Curves on ``ax``: ``series`` maps each label to its y values over ``x``.
 
     Colours follow :data:`COLORS` in order. A value may also be a dict with the data under
@@ -298,15 +323,16 @@ def line_plot(
     "linestyle": "--"}``). A label starting with ``_`` stays out of the legend. Returns the
     lines.
     """
-    if not isinstance(series, dict):
+    if not isinstance(series, Mapping):
         raise TypeError(f"series must be a dict label -> values, got {type(series).__name__}")
     xs = _as_array(x, "x")
     lines = []
     for i, (label, ys) in enumerate(series.items()):
-        kwargs = {"color": _CYCLE[i % len(_CYCLE)], "marker": "o" if markers else None,
-                  "markersize": 4, "linewidth": 1.5}
+        kwargs: dict[str, Any] = {"color": _CYCLE[i % len(_CYCLE)],
+                                  "marker": "o" if markers else None,
+                                  "markersize": 4, "linewidth": 1.5}
         x_i = xs
-        if isinstance(ys, dict):
+        if isinstance(ys, Mapping):
             if "y" not in ys:
                 raise ValueError(f"series {label!r} is a dict without its values under 'y'")
             kwargs.update({k: v for k, v in ys.items() if k not in ("x", "y")})
@@ -322,14 +348,15 @@ def line_plot(
     return lines
 
 
-def history_plot(ax, history, *, window: int = 20, floor: float | None = None,
-                 ylabel: str = "loss (nats)", title: str | None = None):
+def history_plot(ax: Axes, history: TrainHistory, *, window: int = 20,
+                 floor: float | None = None, ylabel: str = "loss (nats)",
+                 title: str | None = None) -> list[Line2D]:
     """A :class:`~minitransformer.training.TrainHistory`'s losses on ``ax``: each batch (light),
     their running mean over ``window`` updates, the held-out loss (if recorded), and the
     optional ``floor`` as a dashed line. Returns the lines."""
     steps = np.arange(1, len(history.loss) + 1)
     blue, red = COLORS["measured"], COLORS["second"]
-    series = {
+    series: dict[str, Numbers | Mapping[str, Any]] = {
         "training batch": {"y": history.loss, "color": blue, "alpha": 0.3, "linewidth": 0.8},
         f"training (mean of {window})": {"y": history.smoothed(window), "color": blue},
     }
@@ -345,21 +372,21 @@ def history_plot(ax, history, *, window: int = 20, floor: float | None = None,
 
 
 def theory_vs_measurement(
-    ax,
-    x,
-    measured,
-    theory,
+    ax: Axes,
+    x: Numbers,
+    measured: Numbers,
+    theory: Numbers | Callable[[np.ndarray], Numbers],
     *,
     xlabel: str | None = None,
     ylabel: str | None = None,
     title: str | None = None,
     measured_label: str = "measured",
     theory_label: str = "theory",
-    spread=None,
+    spread: Numbers | None = None,
     logx: bool = False,
     logy: bool = False,
     color: str | None = None,
-):
+) -> tuple[Line2D, Line2D]:
     """Measured values as markers (with a +- ``spread`` band) and the theory as a dashed line:
     the course's "does the claim hold?" plot. ``theory`` is an array over ``x`` or a function
     of ``x``. Returns ``(measured_line, theory_line)``."""
@@ -387,17 +414,20 @@ def theory_vs_measurement(
     return measured_line, theory_line
 
 
-def reference_line(ax, *, x: float | None = None, y: float | None = None,
-                   label: str | None = None, text: str | None = None, style: str = ":"):
+def reference_line(ax: Axes, *, x: float | None = None, y: float | None = None,
+                   label: str | None = None, text: str | None = None,
+                   style: str = ":") -> Line2D:
     """A grey horizontal (``y=``) or vertical (``x=``) line across ``ax``, e.g. a chance level
     or a loss floor; ``label`` names it in the legend, ``text`` writes beside it. Returns the
     line."""
-    if (x is None) == (y is None):
+    given = [v for v in (x, y) if v is not None]
+    if len(given) != 1:
         raise ValueError("reference_line needs exactly one of x (vertical) or y (horizontal)")
-    value = float(x if x is not None else y)
+    value = float(given[0])
     if not math.isfinite(value):
         raise ValueError(f"reference_line needs a finite position, got {value}")
-    kwargs = dict(color=COLORS["reference"], linestyle=style, linewidth=1.0, label=label)
+    kwargs: dict[str, Any] = dict(color=COLORS["reference"], linestyle=style, linewidth=1.0,
+                                  label=label)
     line = ax.axvline(value, **kwargs) if x is not None else ax.axhline(value, **kwargs)
     if text:
         if x is not None:
@@ -409,11 +439,12 @@ def reference_line(ax, *, x: float | None = None, y: float | None = None,
     return line
 
 
-def bar_plot(ax, categories: Sequence, series, *, xlabel: str | None = None,
-             ylabel: str | None = None, title: str | None = None, legend: bool | str = True):
+def bar_plot(ax: Axes, categories: Sequence[object], series: Mapping[str, Numbers], *,
+             xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
+             legend: bool | str = True) -> list[BarContainer]:
     """Grouped bars: for each label of ``series`` (label -> one value per category) one bar
     per category, side by side. Returns the bar containers, one per series."""
-    if not isinstance(series, dict) or not series:
+    if not isinstance(series, Mapping) or not series:
         raise ValueError("series must be a non-empty dict label -> values")
     positions = np.arange(len(categories))
     width = 0.8 / len(series)
@@ -431,8 +462,9 @@ def bar_plot(ax, categories: Sequence, series, *, xlabel: str | None = None,
     return bars
 
 
-def scatter_plot(ax, x, y, *, values=None, label: str | None = None, size: float = 12,
-                 hollow: bool = False, color: str | None = None, cmap: str = "viridis"):
+def scatter_plot(ax: Axes, x: Numbers, y: Numbers, *, values: Numbers | None = None,
+                 label: str | None = None, size: float = 12, hollow: bool = False,
+                 color: str | None = None, cmap: str | Colormap = "viridis") -> PathCollection:
     """Points on ``ax``; ``values`` colours each by a number (through ``cmap``), ``hollow``
     draws rings (to mark points already drawn). Returns the collection."""
     xs, ys = _as_array(x, "x"), _as_array(y, "y")
@@ -450,8 +482,9 @@ def scatter_plot(ax, x, y, *, values=None, label: str | None = None, size: float
     return ax.scatter(xs, ys, s=size, color=color, label=label, zorder=2)
 
 
-def seeds_plot(ax, categories: Sequence, values, *, xlabel: str | None = None,
-               ylabel: str | None = None, title: str | None = None):
+def seeds_plot(ax: Axes, categories: Sequence[object], values: Iterable[Numbers], *,
+               xlabel: str | None = None, ylabel: str | None = None,
+               title: str | None = None) -> tuple[PathCollection, ErrorbarContainer]:
     """Results of several seeds per setting: each seed as a faint dot, the mean +- one
     standard deviation as a line with error bars. ``values`` holds one list of per-seed
     results per category. Returns ``(dots, errorbar)``."""
@@ -460,7 +493,8 @@ def seeds_plot(ax, categories: Sequence, values, *, xlabel: str | None = None,
         raise ValueError(f"values needs one non-empty list of per-seed results for each of the "
                          f"{len(categories)} categories, got {len(rows)}")
     positions = np.arange(len(categories))
-    xs = np.concatenate([np.full(r.size, p, dtype=float) for p, r in zip(positions, rows)])
+    xs = np.concatenate([np.full(r.size, p, dtype=float)
+                         for p, r in zip(positions, rows, strict=True)])
     dots = ax.scatter(xs, np.concatenate(rows), color=COLORS["measured"], alpha=0.5, s=14,
                       label="single seeds")
     means, sds = np.array([r.mean() for r in rows]), np.array([r.std() for r in rows])
@@ -471,13 +505,15 @@ def seeds_plot(ax, categories: Sequence, values, *, xlabel: str | None = None,
     return dots, bars
 
 
-def annotate(ax, text: str, xy: tuple[float, float], xytext: tuple[float, float] | None = None,
-             *, arrow: bool = True, point: bool = False):
+def annotate(ax: Axes, text: str, xy: tuple[float, float],
+             xytext: tuple[float, float] | None = None, *, arrow: bool = True,
+             point: bool = False) -> Annotation:
     """Write ``text`` at ``xytext`` (data coordinates) with an arrow to ``xy``; ``point``
     also marks ``xy`` with a dot. Returns the annotation."""
     if point:
         ax.scatter([xy[0]], [xy[1]], color=COLORS["measured"], s=20, zorder=3)
-    props = dict(arrowstyle="->", color=COLORS["theory"]) if arrow and xytext is not None else None
+    props = (dict(arrowstyle="->", color=COLORS["theory"]) if arrow and xytext is not None
+             else None)
     return ax.annotate(text, xy, xytext=xytext, arrowprops=props, fontsize=9)
 
 
@@ -486,26 +522,26 @@ def annotate(ax, text: str, xy: tuple[float, float], xytext: tuple[float, float]
 # --------------------------------------------------------------------------------------------
 
 
-def diagram_axes(ax, *, xlim: tuple[float, float] | None = None,
+def diagram_axes(ax: Axes, *, xlim: tuple[float, float] | None = None,
                  ylim: tuple[float, float] | None = None, title: str | None = None,
-                 equal_aspect: bool = True):
+                 equal_aspect: bool = True) -> Axes:
     """Turn ``ax`` into a canvas for :func:`box`, :func:`arrow` and :func:`note`: no frame,
     no ticks, the given data limits, equal scales by default. Returns ``ax``."""
     ax.set_axis_off()
     return finish_axes(ax, xlim=xlim, ylim=ylim, title=title, equal_aspect=equal_aspect)
 
 
-def box(ax, xy: tuple[float, float], width: float, height: float, text: str | None = None, *,
-        color: str = "#eeeeee", rounded: bool = False, fontsize: float = 9,
-        text_color: str = "black"):
+def box(ax: Axes, xy: tuple[float, float], width: float, height: float,
+        text: str | None = None, *, color: str = "#eeeeee", rounded: bool = False,
+        fontsize: float = 9, text_color: str = "black") -> Patch:
     """A filled box with its lower-left corner at ``xy`` and ``text`` in its centre. Returns
     the patch."""
     from matplotlib.patches import FancyBboxPatch, Rectangle
 
     if width <= 0 or height <= 0:
         raise ValueError(f"box needs a positive width and height, got {width} x {height}")
-    style = dict(facecolor=color, edgecolor=COLORS["theory"], linewidth=0.8)
-    patch = (FancyBboxPatch(xy, width, height, boxstyle="round,pad=0.02", **style) if rounded
+    style: dict[str, Any] = dict(facecolor=color, edgecolor=COLORS["theory"], linewidth=0.8)
+    patch: Patch = (FancyBboxPatch(xy, width, height, boxstyle="round,pad=0.02", **style) if rounded
              else Rectangle(xy, width, height, **style))
     ax.add_patch(patch)
     if text:
@@ -514,16 +550,14 @@ def box(ax, xy: tuple[float, float], width: float, height: float, text: str | No
     return patch
 
 
-def arrow(ax, start: tuple[float, float], end: tuple[float, float], *,
+def arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], *,
           via: Sequence[tuple[float, float]] = (), text: str | None = None,
-          color: str = COLORS["theory"]):
+          color: str = COLORS["theory"]) -> FancyArrowPatch:
     """An arrow from ``start`` to ``end``, through the corners ``via`` (e.g. a residual path
     around a block); ``text`` labels the last segment. Returns the arrow patch."""
-    from matplotlib.patches import FancyArrowPatch
-
-    points = [tuple(start), *[tuple(p) for p in via], tuple(end)]
+    points = [(p[0], p[1]) for p in (start, *via, end)]  # lists or arrays too
     if len(points) > 2:
-        xs, ys = zip(*points[:-1])
+        xs, ys = zip(*points[:-1], strict=True)
         ax.plot(xs, ys, color=color, linewidth=1.0)
     patch = FancyArrowPatch(points[-2], points[-1], arrowstyle="-|>", mutation_scale=12,
                             color=color, linewidth=1.0)
@@ -534,12 +568,12 @@ def arrow(ax, start: tuple[float, float], end: tuple[float, float], *,
     return patch
 
 
-def note(ax, xy: tuple[float, float], text: str, *, fontsize: float = 9,
-         color: str = "black", circled: bool = False, **kwargs):
+def note(ax: Axes, xy: tuple[float, float], text: str, *, fontsize: float = 9,
+         color: str = "black", circled: bool = False, **kwargs: Any) -> Text:
     """Plain ``text`` centred at ``xy`` (data coordinates); ``circled`` draws it in a white
     circle (an adder "+" in a block diagram). Other keyword arguments go to ``ax.text``
     (``rotation``, ``ha``). Returns the text."""
-    style = dict(ha="center", va="center", fontsize=fontsize, color=color)
+    style: dict[str, Any] = dict(ha="center", va="center", fontsize=fontsize, color=color)
     if circled:
         style["bbox"] = dict(boxstyle="circle,pad=0.15", facecolor="white",
                              edgecolor=COLORS["theory"])
@@ -547,7 +581,7 @@ def note(ax, xy: tuple[float, float], text: str, *, fontsize: float = 9,
     return ax.text(xy[0], xy[1], text, **style)
 
 
-def show(fig) -> None:
+def show(fig: Figure) -> None:
     """Show ``fig`` once, as the output of the current notebook cell, and close it.
 
     Displayed as a plain image (JupyterLab and the HTML book, where the next caption cell makes
@@ -560,7 +594,7 @@ def show(fig) -> None:
     plt.close(fig)
 
 
-def glue_figure(name: str, fig) -> None:
+def glue_figure(name: str, fig: Figure) -> None:
     """Hand ``fig`` to myst-nb under ``name`` and close it: it appears once, where a
     ``{glue:figure}`` directive with a caption places it."""
     from myst_nb import glue  # imported here: only notebooks need myst-nb

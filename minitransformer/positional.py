@@ -136,6 +136,8 @@ class PositionalEncoding(nn.Module):
     ``state_dict``. Same interface as :class:`LearnedPositionalEmbedding`.
     """
 
+    pe: Tensor  # (max_len, d_model), the buffer registered in __init__
+
     def __init__(self, d_model: int, max_len: int = 5000, *, dropout: float = 0.1,
                  base: float = 10000.0) -> None:
         super().__init__()
@@ -185,7 +187,8 @@ class LearnedPositionalEmbedding(nn.Module):
 def _check_positions_input(x: Tensor, d_model: int, max_len: int, start: int, who: str) -> int:
     tensor("x", x, kind="float")
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"{who} expects x of shape (B, T, d_model={d_model}), got {tuple(x.shape)}")
+        raise ValueError(f"{who} expects x of shape (B, T, d_model={d_model}), "
+                         f"got {tuple(x.shape)}")
     start = positive_int("start", start, allow_zero=True)
     T = x.shape[1]
     if start + T > max_len:

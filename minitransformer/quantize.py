@@ -45,7 +45,7 @@ class Int8Tensor:
         if self.values.dtype != torch.int8:
             raise TypeError(f"values must be an int8 tensor, got dtype {self.values.dtype}")
         tensor("scale", self.scale, kind="float", ndim=self.values.dim())
-        if any(s not in (1, v) for s, v in zip(self.scale.shape, self.values.shape)):
+        if any(s not in (1, v) for s, v in zip(self.scale.shape, self.values.shape, strict=True)):
             raise ValueError(f"scale {tuple(self.scale.shape)} must have values' shape "
                              f"{tuple(self.values.shape)} with some dimensions set to 1")
 
@@ -57,7 +57,8 @@ class Int8Tensor:
     @property
     def nbytes(self) -> int:
         """The bytes held, one per value plus the scales."""
-        return self.values.numel() * self.values.element_size() + self.scale.numel() * self.scale.element_size()
+        return (self.values.numel() * self.values.element_size()
+                + self.scale.numel() * self.scale.element_size())
 
     @property
     def shape(self) -> torch.Size:
@@ -97,7 +98,8 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTY
     # Rounding the scale down would push the largest entry past 127 (and clipping it would
     # break the error bound): step such scales up to the next representable number.
     too_small = scale.float() * QMAX < absmax
-    scale = torch.where(too_small, torch.nextafter(scale, torch.full_like(scale, float("inf"))), scale)
+    scale_up = torch.nextafter(scale, torch.full_like(scale, float("inf")))
+    scale = torch.where(too_small, scale_up, scale)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     values = torch.round(x.float() / scale.float()).clamp_(-QMAX, QMAX).to(torch.int8)
     return Int8Tensor(values=values, scale=scale)
@@ -122,19 +124,23 @@ class Int8AttentionCache(AttentionCache):
         self.keys = torch.empty(B, h_kv, capacity, d_k, dtype=torch.int8, device=like_k.device)
         self.values = torch.empty(B, h_kv, capacity, like_v.shape[-1], dtype=torch.int8,
                                   device=like_v.device)
-        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_k.device)
-        self.value_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_v.device)
+        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE,
+                                      device=like_k.device)
+        self.value_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE,
+                                        device=like_v.device)
 
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
+        assert self.keys is not None and self.values is not None  # update() allocated them
         for q, values, scales in ((quantize_int8(key), self.keys, self.key_scales),
                                   (quantize_int8(value), self.values, self.value_scales)):
             values[:, :, start:end] = q.values  # (B, h_kv, n, d)
             scales[:, :, start:end] = q.scale  # (B, h_kv, n, 1)
 
     def _read(self, end: int) -> tuple[Tensor, Tensor]:
-        k = Int8Tensor(self.keys[:, :, :end], self.key_scales[:, :, :end]).dequantize(self.dtype)
-        v = Int8Tensor(self.values[:, :, :end], self.value_scales[:, :, :end]).dequantize(self.dtype)
-        return k, v
+        assert self.keys is not None and self.values is not None  # update() allocated them
+        k = Int8Tensor(self.keys[:, :, :end], self.key_scales[:, :, :end])
+        v = Int8Tensor(self.values[:, :, :end], self.value_scales[:, :, :end])
+        return k.dequantize(self.dtype), v.dequantize(self.dtype)
 
 
 def int8_kv_cache_bytes(
@@ -143,6 +149,8 @@ def int8_kv_cache_bytes(
     """Bytes of an :class:`Int8AttentionCache` KV cache: one byte per element, as
     :func:`~minitransformer.kv_memory.kv_cache_bytes` with ``bytes_per_element=1``, plus one
     float16 scale per key and per value vector (per layer, KV head, position and sequence)."""
-    values = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element=1)
-    scales = 2 * num_layers * num_kv_heads * seq_len * batch_size * torch.finfo(SCALE_DTYPE).bits // 8
+    values = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size,
+                            bytes_per_element=1)
+    scale_bytes = torch.finfo(SCALE_DTYPE).bits // 8
+    scales = 2 * num_layers * num_kv_heads * seq_len * batch_size * scale_bytes
     return values + scales

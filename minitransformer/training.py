@@ -15,8 +15,9 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -94,7 +95,7 @@ def noam_learning_rate(
     if step == 0:
         return 0.0
     lr = scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-    if decay_steps:
+    if total_steps is not None and decay_steps:  # _check_decay: decay_steps needs total_steps
         lr *= min(1.0, max(0, total_steps - step + 1) / decay_steps)
     return lr
 
@@ -112,9 +113,12 @@ def noam_lambda(
     ``LambdaLR`` passes the number of updates done (0 before the first); with a base learning
     rate of 1, update ``k`` runs with ``noam_learning_rate(k, ...)``.
     """
-    kwargs = dict(total_steps=total_steps, decay_steps=decay_steps)
-    noam_learning_rate(1, d_model, warmup_steps, scale, **kwargs)  # check the arguments now
-    return lambda done: noam_learning_rate(done + 1, d_model, warmup_steps, scale, **kwargs)
+    def lr_lambda(done: int) -> float:
+        return noam_learning_rate(done + 1, d_model, warmup_steps, scale,
+                                  total_steps=total_steps, decay_steps=decay_steps)
+
+    lr_lambda(0)  # check the arguments now
+    return lr_lambda
 
 
 def make_optimizer(
@@ -249,7 +253,8 @@ def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
     reverse task")."""
     _checks.tensor("tgt", tgt, kind="int", ndim=2, what="(B, T + 1)")
     if tgt.shape[1] < 2:
-        raise ValueError(f"tgt must be (B, T + 1) with T + 1 >= 2 (BOS + one token), got {tuple(tgt.shape)}")
+        raise ValueError("tgt must be (B, T + 1) with T + 1 >= 2 (BOS + one token), got "
+                         f"{tuple(tgt.shape)}")
     return tgt[:, :-1], tgt[:, 1:]
 
 
@@ -296,7 +301,7 @@ def seq2seq_loss(
     return loss_fn(logits, tgt_out)
 
 
-def _map_tensors(fn: Callable[[Tensor], Tensor], batch: Any) -> Any:
+def _map_tensors(fn: Callable[[Tensor], object], batch: Any) -> Any:
     """Apply ``fn`` to every tensor in a (nested) tuple, NamedTuple, list or dict."""
     if isinstance(batch, Tensor):
         return fn(batch)
@@ -382,7 +387,7 @@ def _batch_stream(batches: Iterable[Any] | Callable[[], Any],
         if num_steps is None:
             raise ValueError("batches is a function: pass num_steps (how many batches to draw)")
         return (batches() for _ in range(num_steps)), num_steps
-    total = len(batches) if hasattr(batches, "__len__") else None
+    total = len(batches) if isinstance(batches, Sized) else None
     if num_steps is None:
         return batches, total
     total = num_steps if total is None else min(total, num_steps)
@@ -594,7 +599,7 @@ def exact_match(predictions: Tensor, targets: Tensor, eos_id: int, pad_id: int =
             f"{tuple(targets.shape)} must have the same batch size"
         )
     same = [_until_eos(p, eos_id, pad_id) == _until_eos(t, eos_id, pad_id)
-            for p, t in zip(predictions.tolist(), targets.tolist())]
+            for p, t in zip(predictions.tolist(), targets.tolist(), strict=True)]
     return torch.tensor(same, dtype=torch.bool, device=predictions.device)
 
 

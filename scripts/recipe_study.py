@@ -48,8 +48,8 @@ def run(seed: int, args: argparse.Namespace) -> dict:
     held_out = make_batch("reverse", HELD_OUT_SIZE, MIN_LEN, MAX_LEN, VOCAB,
                           torch.Generator().manual_seed(HELD_OUT_SEED))
     torch.manual_seed(seed)
-    model = Transformer(VOCAB, VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS, d_ff=D_FF,
-                        dropout=DROPOUT, max_len=MAX_LEN + 2)
+    model = Transformer(VOCAB, VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS,
+                        d_ff=D_FF, dropout=DROPOUT, max_len=MAX_LEN + 2)
     optimizer, scheduler = make_optimizer(model, warmup_steps=args.warmup, scale=args.scale,
                                           total_steps=args.steps, decay_steps=args.decay)
     eval_seconds = []

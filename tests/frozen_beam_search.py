@@ -35,7 +35,8 @@ def frozen_beam_search(
     return_scores: bool = False,
     use_cache: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """The old beam search: per-example Python loops over a narrowing beam of N <= B * beam_size rows."""
+    """The old beam search: per-example Python loops over a narrowing beam of
+    N <= B * beam_size rows."""
     if src_mask is None:
         src_mask = src_padding_mask(src, pad_id)  # (B, 1, 1, S)
     memory = model.encode(src, src_mask)  # (B, S, d_model)
@@ -50,7 +51,8 @@ def frozen_beam_search(
     cache = KVCache.for_model(model, max_len) if use_cache else None
     for step in range(1, max_len):  # `step` tokens generated after this iteration
         if cache is None:
-            logits = model.decode(alive, memory[example], src_mask=src_mask[example])[:, -1]  # (N, V)
+            logits = model.decode(alive, memory[example],
+                                  src_mask=src_mask[example])[:, -1]  # (N, V)
         else:  # only the newest token of each live row; the cache holds the rest
             logits = model.decode(alive[:, -1:], memory[example], src_mask=src_mask[example],
                                   cache=cache)[:, -1]  # (N, V)
@@ -66,7 +68,7 @@ def frozen_beam_search(
                 continue
             free = min(beam_size - len(finished[b]), rows.numel() * V)
             top_logp, top_index = candidates[rows].reshape(-1).topk(free)  # best first
-            for logp, index in zip(top_logp, top_index.tolist()):
+            for logp, index in zip(top_logp, top_index.tolist(), strict=True):
                 row, token = int(rows[index // V]), index % V
                 if eos_id is not None and token == eos_id:  # finished: keeps its slot
                     seq = torch.cat([alive[row], alive.new_tensor([token])])

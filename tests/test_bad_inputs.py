@@ -718,14 +718,14 @@ SPECS: list[Spec] = [
         flash.online_softmax_step,
         lambda: {
             "m": torch.zeros(3, 1),
-            "l": torch.ones(3, 1),
+            "ell": torch.ones(3, 1),
             "acc": torch.zeros(3, 4),
             "scores": torch.zeros(3, 2),
             "values": torch.zeros(2, 4),
         },
         {
             "m": "float_tensor",
-            "l": "float_tensor",
+            "ell": "float_tensor",
             "acc": "float_tensor",
             "scores": "float_tensor",
             "values": "float_tensor",

@@ -72,7 +72,7 @@ def test_same_seed_same_batch_different_seed_different_batch() -> None:
     a = make_batch("reverse", 8, 2, 9, 30, torch.Generator().manual_seed(1))
     b = make_batch("reverse", 8, 2, 9, 30, torch.Generator().manual_seed(1))
     c = make_batch("reverse", 8, 2, 9, 30, torch.Generator().manual_seed(2))
-    for u, v in zip(a, b):
+    for u, v in zip(a, b, strict=True):
         assert torch.equal(u, v)
     assert not (a.src.shape == c.src.shape and torch.equal(a.src, c.src))
 
@@ -131,9 +131,12 @@ def test_bad_arguments_raise() -> None:
     [
         (lambda g: make_batch(3, 2, 1, 3, 10, g), TypeError, "task must be a str"),
         (lambda g: make_batch("copy", 2.0, 1, 3, 10, g), TypeError, "batch_size must be an int"),
-        (lambda g: make_batch("copy", 2, 0, 3, 10, g), ValueError, "min_len must be positive, got 0"),
-        (lambda g: make_batch("copy", 2, 1, True, 10, g), TypeError, "max_len must be an int, got bool"),
-        (lambda g: apply_task("copy", torch.ones(3)), TypeError, "tokens must be an integer tensor"),
+        (lambda g: make_batch("copy", 2, 0, 3, 10, g), ValueError,
+         "min_len must be positive, got 0"),
+        (lambda g: make_batch("copy", 2, 1, True, 10, g), TypeError,
+         "max_len must be an int, got bool"),
+        (lambda g: apply_task("copy", torch.ones(3)), TypeError,
+         "tokens must be an integer tensor"),
         (lambda g: src_padding_mask(torch.ones(2, 3)), TypeError, "src must be an integer tensor"),
         (lambda g: src_padding_mask(torch.ones(2, 3, dtype=torch.long), pad_id=0.5), TypeError,
          "pad_id must be an int"),
@@ -157,7 +160,7 @@ def test_empty_inputs_work() -> None:
 def test_make_batch_on_device(device) -> None:
     batch = make_batch("sort", 4, 2, 5, 11, torch.Generator().manual_seed(0), device=device)
     cpu = make_batch("sort", 4, 2, 5, 11, torch.Generator().manual_seed(0))
-    for on_device, reference in zip(batch, cpu):
+    for on_device, reference in zip(batch, cpu, strict=True):
         assert on_device.device.type == device.type
         assert torch.equal(on_device.cpu(), reference)  # the same draw, whatever the device
     assert batch.src_mask.device.type == device.type

@@ -91,8 +91,8 @@ def test_default_source_mask_hides_padding() -> None:
 
 
 @settings(max_examples=6, deadline=None)
-@given(seed=st.integers(0, 3), src_seed=st.integers(0, 2**16), alpha=st.sampled_from([0.0, 0.6, 1.0]),
-       max_len=st.integers(2, 10))
+@given(seed=st.integers(0, 3), src_seed=st.integers(0, 2**16),
+       alpha=st.sampled_from([0.0, 0.6, 1.0]), max_len=st.integers(2, 10))
 def test_beam_size_one_equals_greedy(seed, src_seed, alpha, max_len) -> None:
     model, src = MODELS[seed], sources(src_seed)
     greedy = greedy_decode(model, src, max_len, BOS_ID, EOS_ID)
@@ -184,7 +184,8 @@ def test_length_penalty_factor() -> None:
     assert length_penalty_factor(1, 0.6) == 1.0
     assert length_penalty_factor(7, 0.0) == 1.0
     assert length_penalty_factor(7, 1.0) == 2.0
-    torch.testing.assert_close(length_penalty_factor(torch.tensor([1, 7]), 1.0), torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(length_penalty_factor(torch.tensor([1, 7]), 1.0),
+                               torch.tensor([1.0, 2.0]))
 
 
 def test_decoding_keeps_the_model_mode_and_builds_no_graph() -> None:
@@ -204,7 +205,8 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(TypeError, match="torch.float32"):
         greedy_decode(model, src.float(), 5, BOS_ID, EOS_ID)
     with pytest.raises(ValueError, match="does not match the batch"):
-        greedy_decode(model, src, 5, BOS_ID, EOS_ID, src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
+        greedy_decode(model, src, 5, BOS_ID, EOS_ID,
+                      src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
     with pytest.raises(ValueError, match="batch size"):
         sequence_score(model, src, torch.ones(2, 3, dtype=torch.long), EOS_ID)
 
@@ -334,7 +336,8 @@ BAD_ARGUMENTS = [
     ("both", {"max_len": 2.5}, TypeError, "max_len must be an int"),
     ("both", {"bos_id": -1}, ValueError, "bos_id must be >= 0, got -1"),
     ("both", {"bos_id": 1.0}, TypeError, "bos_id must be an int"),
-    ("both", {"eos_id": V}, ValueError, f"eos_id must be < the model's tgt_vocab_size={V}, got {V}"),
+    ("both", {"eos_id": V}, ValueError,
+     f"eos_id must be < the model's tgt_vocab_size={V}, got {V}"),
     ("both", {"pad_id": True}, TypeError, "pad_id must be an int, got bool"),
     ("both", {"src_mask": torch.ones(4, 1, 1, 6)}, TypeError, "src_mask must be a boolean tensor"),
     ("both", {"src_mask": torch.ones(4, 1, 6, dtype=torch.bool)}, ValueError,

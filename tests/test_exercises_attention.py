@@ -8,6 +8,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.attention import causal_mask, scaled_dot_product_attention
 from minitransformer.exercises import (
@@ -15,9 +18,6 @@ from minitransformer.exercises import (
     check_causal_mask,
     check_cross_attention_shapes,
 )
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ------------------------------------------------------------------ exercise 1: attention
@@ -76,7 +76,8 @@ def make_attention(*, scale="sqrt", dim=-1, transpose=lambda k: k.transpose(-2, 
 def test_attention_accepts_right_answers(capsys) -> None:
     for fn in (attention_reference, attention_einsum, attention_renormalised,
                scaled_dot_product_attention):
-        assert _verdict(capsys, check_attention, fn).startswith("Correct: scaled dot-product attention")
+        verdict = _verdict(capsys, check_attention, fn)
+        assert verdict.startswith("Correct: scaled dot-product attention")
 
 
 def test_attention_stub_is_not_attempted(capsys) -> None:
@@ -89,7 +90,8 @@ def test_attention_stub_is_not_attempted(capsys) -> None:
         (make_attention(dim=-2), r"normalises over the queries \(dim=-2\)"),
         (make_attention(dim=1), r"normalises over the queries \(dim=-2\)"),  # dim=1 of 3-D input
         (make_attention(scale="none"), r"forgot the scaling: divide .* by sqrt\(d_k\)"),
-        (make_attention(scale="d_k"), r"divide the scores by d_k; the paper divides by sqrt\(d_k\)"),
+        (make_attention(scale="d_k"),
+         r"divide the scores by d_k; the paper divides by sqrt\(d_k\)"),
         (make_attention(transpose=lambda k: k), r"without transposing it \(Q K\)"),
         (make_attention(dim=-2, scale="none"), r"two mistakes"),
         (make_attention(mask_mode="after"), r"mask after the softmax .* no\s+longer sum to one"),
@@ -99,9 +101,11 @@ def test_attention_stub_is_not_attempted(capsys) -> None:
         (make_attention(dim=2), r"softmax uses dim=2: right for 3-D inputs"),
         (make_attention(fixed_d_k=4), r"right for d_k = 4 but not for d_k = 8"),
         # key.T reverses all axes of a 3-D key: the product fails, the hint explains why.
-        (make_attention(transpose=lambda k: k.T), r"key\.T on a tensor with more than 2 dimensions"),
+        (make_attention(transpose=lambda k: k.T),
+         r"key\.T on a tensor with more than 2 dimensions"),
         # transpose(1, 2) is right for 3-D inputs only.
-        (make_attention(transpose=lambda k: k.transpose(1, 2)), r"transpose\(1, 2\) is only right for 3-D"),
+        (make_attention(transpose=lambda k: k.transpose(1, 2)),
+         r"transpose\(1, 2\) is only right for 3-D"),
     ],
     ids=["dim-2", "dim1", "no-scale", "scale-d_k", "key-not-transposed", "two-mistakes",
          "mask-after-softmax", "mask-ignored", "mask-inverted", "output-only", "dim2-4d",
@@ -211,16 +215,21 @@ def test_causal_mask_accepts_right_answers(capsys) -> None:
     "fn, hint",
     [
         (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), r"leaves out the diagonal"),
-        (lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), r"opposite convention \(True = blocked"),
+        (lambda n: torch.ones(n, n, dtype=torch.bool).triu(1),
+         r"opposite convention \(True = blocked"),
         (lambda n: torch.ones(n, n, dtype=torch.bool).triu(), r"your mask is transposed"),
         (lambda n: torch.ones(n, n).tril(), r"dtype torch.float32; return a boolean tensor"),
-        (lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")),
+        (lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1),
+                                                 float("-inf")),
          r"additive float mask \(0 and -inf\)"),
-        (lambda n: torch.ones(n, n + 1, dtype=torch.bool).tril(), r"has shape \(5, 6\), expected \(5, 5\)"),
+        (lambda n: torch.ones(n, n + 1, dtype=torch.bool).tril(),
+         r"has shape \(5, 6\), expected \(5, 5\)"),
         (lambda n: torch.ones(n, n, dtype=torch.bool), r"True exactly where column <= row"),
-        (lambda n: torch.ones(5, 5, dtype=torch.bool).tril(), r"causal_mask\(1\) has shape \(5, 5\)"),
+        (lambda n: torch.ones(5, 5, dtype=torch.bool).tril(),
+         r"causal_mask\(1\) has shape \(5, 5\)"),
     ],
-    ids=["no-diagonal", "inverted", "transposed", "float", "additive", "shape", "all-true", "hard-wired"],
+    ids=["no-diagonal", "inverted", "transposed", "float", "additive", "shape", "all-true",
+         "hard-wired"],
 )
 def test_causal_mask_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_causal_mask, fn, hint)
@@ -251,7 +260,8 @@ def test_shapes_reference_agrees_with_the_package() -> None:
     B, h, T, S, d_model = 2, 2, 3, 4, 8
     want = shapes_reference(B, h, T, S, d_model)
     q, k, v = (torch.zeros(want[n]) for n in ("query", "key", "value"))
-    out, weights = scaled_dot_product_attention(q, k, v, torch.ones(want["source_mask"], dtype=torch.bool))
+    mask = torch.ones(want["source_mask"], dtype=torch.bool)
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
     assert tuple(out.shape) == want["output"] and tuple(weights.shape) == want["weights"]
 
 
@@ -283,24 +293,29 @@ def _with(**changes):
 @pytest.mark.parametrize(
     "fn, hint",
     [
-        (_with(key=("B", "h", "T", "d_k")), r"keys come from the encoder output, so their length is the\s+source length S"),
+        (_with(key=("B", "h", "T", "d_k")),
+         r"keys come from the encoder output, so their length is the\s+source length S"),
         (_with(value=("B", "h", "T", "d_k")), r"values come from the encoder output"),
         (_with(query=("B", "h", "S", "d_k")), r"queries come from the decoder, whose length is T"),
-        (_with(query=("B", "h", "T", "d_model")), r"d_k = d_v = d_model / h = 64 dimensions, not d_model"),
+        (_with(query=("B", "h", "T", "d_model")),
+         r"d_k = d_v = d_model / h = 64 dimensions, not d_model"),
         (_with(query=("B", "T", "d_k")), r"keep the head axis"),
         (_with(weights=("B", "h", "S", "T")), r"one row per query and one column per key"),
         (_with(weights=("B", "h", "T", "T")), r"\(T, T\) is decoder self-attention"),
-        (_with(output=("B", "h", "S", "d_k")), r"sums over the S keys: one output row per \*query\*"),
+        (_with(output=("B", "h", "S", "d_k")),
+         r"sums over the S keys: one output row per \*query\*"),
         (_with(source_mask=("B", 1, "T", "S")), r"same for every head and query"),
         (_with(source_mask=("B", "S")), r"does not line up with \(B, h, T, S\)"),
         (_with(source_mask=("B", 1, 1, "T")), r"its\s+last axis has length S"),
         (_with(output=(2, 8, 5, 64)), r"expected \(3, 4, 9, 16\)"),  # hard-wired first case
         (lambda **p: [(1, 2)], r"return a dict of shapes, got list"),
         (lambda **p: {"query": (1,)}, r"lacks the keys \['key', 'value'"),
-        (lambda **p: {**shapes_reference(**p), "query": "B, h, T, d_k"}, r"should be a tuple of ints"),
+        (lambda **p: {**shapes_reference(**p), "query": "B, h, T, d_k"},
+         r"should be a tuple of ints"),
     ],
     ids=["key-T", "value-T", "query-S", "d_model", "no-heads", "weights-ST", "weights-TT",
-         "output-S", "mask-T", "mask-2d", "mask-last-T", "hard-wired", "not-dict", "missing", "not-ints"],
+         "output-S", "mask-T", "mask-2d", "mask-last-T", "hard-wired", "not-dict", "missing",
+         "not-ints"],
 )
 def test_shapes_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_cross_attention_shapes, fn, hint)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -13,13 +16,11 @@ from minitransformer.exercises import (
     check_online_softmax_step,
 )
 
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
-
 
 # ------------------------------------------------------------------ KV-cache bytes
 def bytes_reference(cfg, seq_len, batch_size, bytes_per_element):
-    return 2 * batch_size * seq_len * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
+    per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * bytes_per_element
+    return batch_size * seq_len * per_token
 
 
 def test_kv_bytes_accepts_reference_and_stub(capsys):
@@ -32,9 +33,11 @@ def test_kv_bytes_accepts_reference_and_stub(capsys):
     [
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_heads * c.head_dim * e, "query heads"),
         (lambda c, n, b, e: b * n * c.num_layers * c.num_kv_heads * c.head_dim * e, "factor 2"),
-        (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim, "counts elements"),
+        (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim,
+         "counts elements"),
         (lambda c, n, b, e: 2 * b * n * c.num_kv_heads * c.head_dim * e, "counts one layer"),
-        (lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e, "ignores batch_size"),
+        (lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e,
+         "ignores batch_size"),
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.d_model * e * 3, "expected"),
     ],
 )
@@ -47,39 +50,40 @@ def test_kv_bytes_rejects_non_numbers():
 
 
 # ------------------------------------------------------------------ online softmax step
-def step_reference(m, l, acc, scores, values):
+def step_reference(m, ell, acc, scores, values):
     m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
     p = torch.exp(scores - m_new)
     scale = torch.exp(m - m_new)
-    return m_new, scale * l + p.sum(-1, keepdim=True), scale * acc + p @ values
+    return m_new, scale * ell + p.sum(-1, keepdim=True), scale * acc + p @ values
 
 
-def step_no_rescale(m, l, acc, scores, values):
+def step_no_rescale(m, ell, acc, scores, values):
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - m_new)
-    return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+    return m_new, ell + p.sum(-1, keepdim=True), acc + p @ values
 
 
-def step_no_max(m, l, acc, scores, values):
+def step_no_max(m, ell, acc, scores, values):
     p = torch.exp(scores)
-    return torch.maximum(m, scores.amax(-1, keepdim=True)), l + p.sum(-1, keepdim=True), acc + p @ values
+    m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+    return m_new, ell + p.sum(-1, keepdim=True), acc + p @ values
 
 
-def step_block_max(m, l, acc, scores, values):
+def step_block_max(m, ell, acc, scores, values):
     m_blk = scores.amax(-1, keepdim=True)
     p = torch.exp(scores - m_blk)
     scale = torch.exp(m - m_blk)
-    return m_blk, scale * l + p.sum(-1, keepdim=True), scale * acc + p @ values
+    return m_blk, scale * ell + p.sum(-1, keepdim=True), scale * acc + p @ values
 
 
-def step_normalised(m, l, acc, scores, values):
+def step_normalised(m, ell, acc, scores, values):
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - m_new)
     scale = torch.exp(m - m_new)
-    l_new = scale * l + p.sum(-1, keepdim=True)
-    # keeps acc normalised: acc_new = (scale * l * acc + p @ v) / l_new
-    acc_new = (scale * l * acc + p @ values) / l_new
-    return m_new, l_new, acc_new
+    ell_new = scale * ell + p.sum(-1, keepdim=True)
+    # keeps acc normalised: acc_new = (scale * ell * acc + p @ v) / ell_new
+    acc_new = (scale * ell * acc + p @ values) / ell_new
+    return m_new, ell_new, acc_new
 
 
 def test_online_softmax_accepts_reference_and_stub(capsys):
@@ -94,7 +98,7 @@ def test_online_softmax_accepts_reference_and_stub(capsys):
         (step_no_max, "without subtracting the running maximum"),
         (step_block_max, "last block only"),
         (step_normalised, "divide by l only once"),
-        (lambda m, l, acc, s, v: (m, l), "tuple"),
+        (lambda m, ell, acc, s, v: (m, ell), "tuple"),
     ],
 )
 def test_online_softmax_hints(wrong, hint):
@@ -179,11 +183,11 @@ def test_append_wrong_dimension_is_rejected():
 
 
 def test_online_softmax_step_that_shifts_the_scores_in_place_is_rejected():
-    def in_place(m, l, acc, scores, values):
+    def in_place(m, ell, acc, scores, values):
         m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
         scores -= m_new  # the caller's scores change
         p, scale = scores.exp(), torch.exp(m - m_new)
-        return m_new, scale * l + p.sum(-1, keepdim=True), scale * acc + p @ values
+        return m_new, scale * ell + p.sum(-1, keepdim=True), scale * acc + p @ values
 
     rejects_in_place(check_online_softmax_step, in_place, "scores", right=True)
 

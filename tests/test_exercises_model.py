@@ -8,6 +8,7 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
+from checker_helpers import rejects_in_place, stub
 
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.exercises import (
@@ -17,8 +18,6 @@ from minitransformer.exercises import (
     check_layer_parameters,
     check_next_token,
 )
-
-from checker_helpers import rejects_in_place, stub
 
 # -- decoder mask ------------------------------------------------------------------------------
 
@@ -41,17 +40,20 @@ def test_decoder_mask_accepts_reference_and_reports_stub(capsys) -> None:
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda l, T: ~mask_ref(l, T), "inverted"),
-        (lambda l, T: causal_mask(T).expand(len(l), 1, T, T), "only causal"),
-        (lambda l, T: padding_mask(l, T).expand(len(l), 1, T, T), "only hides padding"),
-        (lambda l, T: causal_mask(T).T & padding_mask(l, T), "upper-triangular"),
-        (lambda l, T: causal_mask(T) | padding_mask(l, T), "OR"),
-        (lambda l, T: mask_ref(l, T).int(), "boolean"),
-        (lambda l, T: causal_mask(T), r"one \(T, T\) matrix"),
-        (lambda l, T: mask_ref(l, T)[:, 0], "values are right but the shape"),
-        (lambda l, T: mask_ref(l, T) & (torch.rand(len(l), 1, T, T) > 2), "differs from"),
+        (lambda lengths, T: ~mask_ref(lengths, T), "inverted"),
+        (lambda lengths, T: causal_mask(T).expand(len(lengths), 1, T, T), "only causal"),
+        (lambda lengths, T: padding_mask(lengths, T).expand(len(lengths), 1, T, T),
+         "only hides padding"),
+        (lambda lengths, T: causal_mask(T).T & padding_mask(lengths, T), "upper-triangular"),
+        (lambda lengths, T: causal_mask(T) | padding_mask(lengths, T), "OR"),
+        (lambda lengths, T: mask_ref(lengths, T).int(), "boolean"),
+        (lambda lengths, T: causal_mask(T), r"one \(T, T\) matrix"),
+        (lambda lengths, T: mask_ref(lengths, T)[:, 0], "values are right but the shape"),
+        (lambda lengths, T: mask_ref(lengths, T) & (torch.rand(len(lengths), 1, T, T) > 2),
+         "differs from"),
     ],
-    ids=["inverted", "causal-only", "padding-only", "triu", "or", "int", "2d", "no-head-dim", "other"],
+    ids=["inverted", "causal-only", "padding-only", "triu", "or", "int", "2d", "no-head-dim",
+         "other"],
 )
 def test_decoder_mask_hints(wrong, hint) -> None:
     torch.manual_seed(0)
@@ -82,7 +84,8 @@ def test_layer_parameters_accepts_reference(capsys) -> None:
         (lambda d, f, dec: count_ref(d, f, dec) - (3 if dec else 2) * 2 * d, "LayerNorms"),
         (lambda d, f, dec: count_ref(d, f, False), "looks like an encoder"),
         (lambda d, f, dec: count_ref(d, f, dec) - (2 * d if dec else 0), "third LayerNorm"),
-        (lambda d, f, dec: count_ref(d, f, dec) - (4 * d * d + 4 * d if dec else 0), "cross-attention"),
+        (lambda d, f, dec: count_ref(d, f, dec) - (4 * d * d + 4 * d if dec else 0),
+         "cross-attention"),
         (lambda d, f, dec: count_ref(d, f, dec) - d * d - d, r"W\^O"),
         (lambda d, f, dec: count_ref(d, f, dec) - d * f - f, "one of the FFN"),
         (lambda d, f, dec: count_ref(d, f, dec) + 1, "expected"),
@@ -122,7 +125,8 @@ def test_next_token_accepts_reference_and_via_encode_decode(capsys) -> None:
         (lambda m, s, p: m(s, p).argmax(-1), "one prediction per position"),
         (lambda m, s, p: m(s, p)[:, 0].argmax(-1), "first position"),
         (lambda m, s, p: m(s, p)[:, -1].argmin(-1), "argmin"),
-        (lambda m, s, p: m(s, p[:, :1])[:, -1].argmax(-1) * 0 + 3 + (m(s, p)[:, -1].argmax(-1) == 3).long(),
+        (lambda m, s, p: (m(s, p[:, :1])[:, -1].argmax(-1) * 0 + 3
+                          + (m(s, p)[:, -1].argmax(-1) == 3).long()),
          "differ from"),
         (lambda m, s, p: m(s, p)[:, -1].argmax(0), "shape"),
     ],

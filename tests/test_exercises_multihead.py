@@ -8,6 +8,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.attention import scaled_dot_product_attention
 from minitransformer.exercises import (
@@ -16,9 +19,6 @@ from minitransformer.exercises import (
     check_parameter_count,
     check_split_heads,
 )
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ------------------------------------------------------------------ exercise 1: split heads
@@ -114,7 +114,8 @@ def test_parameter_count_stub_is_not_attempted(capsys):
     (lambda d, h, bias=True: 3 * d * d + (3 * d if bias else 0), "forgot the output projection"),
     (lambda d, h, bias=True: 4 * d * d, "forgot the biases"),
     (lambda d, h, bias=True: 4 * d * d + 4 * d, "no biases"),
-    (lambda d, h, bias=True: h * (4 * d * d + (4 * d if bias else 0)), "every head d_model x d_model"),
+    (lambda d, h, bias=True: h * (4 * d * d + (4 * d if bias else 0)),
+     "every head d_model x d_model"),
     (lambda d, h, bias=True: 3 * h * d * d + h * d * d + (3 * h * d + d if bias else 0),
      "every head d_model x d_model"),
     (lambda d, h, bias=True: 4 * d * d + 4 * d + 1, "expected"),
@@ -167,7 +168,8 @@ def _vectorised_with(*, w_o=True, transpose=True, mask=True, split=True, swap_kv
         kin, vin = (value, key) if swap_kv else (key, value)
         q = mha.w_q(query).view(B, T, h, d_k).transpose(1, 2)
         k = getattr(mha, k_proj)(kin).view(B, -1, h, d_k).transpose(1, 2)
-        v = getattr(mha, "w_v" if k_proj == "w_k" else k_proj)(vin).view(B, -1, h, d_k).transpose(1, 2)
+        v_proj = getattr(mha, "w_v" if k_proj == "w_k" else k_proj)
+        v = v_proj(vin).view(B, -1, h, d_k).transpose(1, 2)
         if scale_by_d_model:  # the sdpa scales by sqrt(d_k); this rescales to sqrt(d_model)
             q = q * math.sqrt(d_k) / math.sqrt(D)
         out, _ = scaled_dot_product_attention(q, k, v, m if mask else None)

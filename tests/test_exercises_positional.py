@@ -7,6 +7,9 @@ import math
 
 import pytest
 import torch
+from checker_helpers import rejects as _rejects
+from checker_helpers import rejects_in_place, stub
+from checker_helpers import verdict as _verdict
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -16,9 +19,6 @@ from minitransformer.exercises import (
     check_sinusoidal_encoding,
 )
 from minitransformer.positional import shift_matrix, sinusoidal_encoding
-
-from checker_helpers import rejects as _rejects, rejects_in_place, stub, verdict as _verdict
-
 
 
 # ---------------------------------------------------------------- the encoding
@@ -48,7 +48,8 @@ def _pe_variant(P, d, *, exponent=None, first="sin", halves=False, start=0):
 
 def test_encoding_accepts_reference_and_package(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_sinusoidal_encoding, pe_reference)
-    assert "Correct" in _verdict(capsys, check_sinusoidal_encoding, lambda P, d: sinusoidal_encoding(P, d))
+    assert "Correct" in _verdict(capsys, check_sinusoidal_encoding,
+                                 lambda P, d: sinusoidal_encoding(P, d))
     assert "Not attempted" in _verdict(capsys, check_sinusoidal_encoding, stub)
 
 
@@ -62,7 +63,8 @@ def pe_column_index_exponent(P, d):
     "wrong, hint",
     [
         (lambda P, d: _pe_variant(P, d, first="cos"), "sin and cos are swapped"),
-        (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: i / d), "pair index i where the formula has 2i"),
+        (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: i / d),
+         "pair index i where the formula has 2i"),
         (pe_column_index_exponent, "column index j"),
         (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: -2 * i / d), "wrong sign"),
         (lambda P, d: _pe_variant(P, d, halves=True), "concatenated halves"),
@@ -71,7 +73,8 @@ def pe_column_index_exponent(P, d):
         (lambda P, d: pe_reference(P, d).T, "transposed"),
         (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: 2 * i / 16), "wrong for d_model=64"),
         (lambda P, d: 2 * pe_reference(P, d), r"outside \[-1, 1\]"),
-        (lambda P, d: torch.cat([pe_reference(P, d)[:, :-1], torch.zeros(P, 1, dtype=torch.float64)], -1),
+        (lambda P, d: torch.cat([pe_reference(P, d)[:, :-1],
+                                 torch.zeros(P, 1, dtype=torch.float64)], -1),
          "even .sin. dimensions are right"),
         (lambda P, d: pe_reference(P, d)[:, :-1], "shape"),
         (lambda P, d: pe_reference(P, d).numpy(), "torch.Tensor"),
@@ -112,7 +115,8 @@ def test_shift_accepts_reference_and_package(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_shift_matrix, m_reference)
     assert "Correct" in _verdict(capsys, check_shift_matrix, shift_matrix)
     # float32 is fine too
-    assert "Correct" in _verdict(capsys, check_shift_matrix, lambda k, d: shift_matrix(k, d, dtype=torch.float32))
+    assert "Correct" in _verdict(capsys, check_shift_matrix,
+                                 lambda k, d: shift_matrix(k, d, dtype=torch.float32))
     assert "Not attempted" in _verdict(capsys, check_shift_matrix, stub)
 
 
@@ -169,25 +173,27 @@ def test_pairs_accepts_reference(capsys) -> None:
     assert pairs_reference(512, 512.0) == 123
 
 
-def pairs_no_cap(d, L):
-    if L < 2 * math.pi:
+def pairs_no_cap(d_model, length):
+    if length < 2 * math.pi:
         return 0
-    return math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)) + 1
+    return math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000)) + 1
 
 
-def pairs_no_2pi(d, L):
-    lam = 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
-    return int((lam <= L).sum())
+def pairs_no_2pi(d_model, length):
+    lam = 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return int((lam <= length).sum())
 
 
-def pairs_no_plus_one(d, L):
-    if L < 2 * math.pi:
+def pairs_no_plus_one(d_model, length):
+    if length < 2 * math.pi:
         return 0
-    return min(math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)), d // 2)
+    pairs = math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000))
+    return min(pairs, d_model // 2)
 
 
-def pairs_negative(d, L):
-    return min(math.floor(d / 2 * math.log(L / (2 * math.pi)) / math.log(10000)) + 1, d // 2)
+def pairs_negative(d_model, length):
+    pairs = math.floor(d_model / 2 * math.log(length / (2 * math.pi)) / math.log(10000)) + 1
+    return min(pairs, d_model // 2)
 
 
 @pytest.mark.parametrize(
@@ -207,8 +213,10 @@ def test_pairs_rejects_typical_mistakes(wrong, hint: str) -> None:
 
 
 def test_pairs_accepts_integer_valued_floats_and_tensors(capsys) -> None:
-    assert "Correct" in _verdict(capsys, check_pairs_with_full_period, lambda d, L: float(pairs_reference(d, L)))
-    assert "Correct" in _verdict(capsys, check_pairs_with_full_period, lambda d, L: torch.tensor(pairs_reference(d, L)))
+    assert "Correct" in _verdict(capsys, check_pairs_with_full_period,
+                                 lambda d, L: float(pairs_reference(d, L)))
+    assert "Correct" in _verdict(capsys, check_pairs_with_full_period,
+                                 lambda d, L: torch.tensor(pairs_reference(d, L)))
 
 
 # ---------------------------------------------------------------- RoPE
@@ -232,7 +240,8 @@ def test_rope_accepts_reference_and_package(capsys) -> None:
     # Via the shift matrix, row by row: the definition in the chapter.
     assert "Correct" in _verdict(
         capsys, check_rotary_embedding,
-        lambda x: torch.stack([x[..., m, :] @ shift_matrix(m, x.shape[-1]) for m in range(x.shape[-2])], -2),
+        lambda x: torch.stack([x[..., m, :] @ shift_matrix(m, x.shape[-1])
+                               for m in range(x.shape[-2])], -2),
     )
     assert "Not attempted" in _verdict(capsys, check_rotary_embedding, stub)
 
@@ -262,8 +271,10 @@ def rope_only_for_d8(x):
         (lambda x: _rope(x, lambda m, i, d: -m / 10000 ** (2 * i / d)), "wrong way"),
         (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (2 * i / d), halves=True), r"i \+ d/2"),
         (lambda x: _rope(x, lambda m, i, d: m + 0 * i), "same angle m"),
-        (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (i / d)), "uses i where the formula has 2i"),
-        (lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype), "added the sinusoidal"),
+        (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (i / d)),
+         "uses i where the formula has 2i"),
+        (lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype),
+         "added the sinusoidal"),
         (lambda x: x.clone(), "unchanged"),
         (lambda x: 2 * rope_reference(x), "length of the vectors"),
         (lambda x: _rope(x, lambda m, i, d: (m + 1) / 10000 ** (2 * i / d)), "position 0"),

@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from checker_helpers import rejects_in_place
 
 from minitransformer.exercises import ExerciseError, check_quantize_rows
 from minitransformer.quantize import quantize_int8
-
-from checker_helpers import rejects_in_place
 
 
 def reference(x):
@@ -21,7 +20,11 @@ def test_accepts_the_reference(capsys):
 
 
 def test_accepts_the_package_function(capsys):
-    check_quantize_rows(lambda x: (lambda q: (q.values, q.scale.float()))(quantize_int8(x, scale_dtype=torch.float32)))
+    def package(x):
+        q = quantize_int8(x, scale_dtype=torch.float32)
+        return q.values, q.scale.float()
+
+    check_quantize_rows(package)
     assert "Correct" in capsys.readouterr().out
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checker_helpers import rejects_in_place
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -13,8 +14,6 @@ from minitransformer.exercises import (
     check_teacher_forcing,
 )
 from minitransformer.training import noam_learning_rate, smoothed_targets, teacher_forcing
-
-from checker_helpers import rejects_in_place
 
 
 def stub(*args, **kwargs):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minitransformer.flash import online_softmax_step, peak_memory_bytes, tiled_attention
 
@@ -92,13 +93,14 @@ def test_online_softmax_step_blockwise_equals_softmax():
     scores = torch.randn(3, 10, generator=gen, dtype=torch.float64)
     values = torch.randn(10, 2, generator=gen, dtype=torch.float64)
     m = torch.full((3, 1), float("-inf"), dtype=torch.float64)
-    l = torch.zeros(3, 1, dtype=torch.float64)
+    ell = torch.zeros(3, 1, dtype=torch.float64)
     acc = torch.zeros(3, 2, dtype=torch.float64)
     for start in range(0, 10, 3):
-        m, l, acc = online_softmax_step(m, l, acc, scores[:, start:start + 3], values[start:start + 3])
+        block = slice(start, start + 3)
+        m, ell, acc = online_softmax_step(m, ell, acc, scores[:, block], values[block])
     torch.testing.assert_close(m, scores.amax(-1, keepdim=True))
-    torch.testing.assert_close(l, torch.exp(scores - m).sum(-1, keepdim=True))
-    torch.testing.assert_close(acc / l, torch.softmax(scores, -1) @ values)
+    torch.testing.assert_close(ell, torch.exp(scores - m).sum(-1, keepdim=True))
+    torch.testing.assert_close(acc / ell, torch.softmax(scores, -1) @ values)
 
 
 @pytest.mark.parametrize(
@@ -147,7 +149,7 @@ def _step_inputs(T=3, S_blk=4, d_v=2):
     "position, bad, error, match",
     [
         (0, torch.zeros(3, 2), ValueError, r"m must have shape \(3, 1\).*got \(3, 2\)"),
-        (1, torch.zeros(2, 1), ValueError, r"l must have shape \(3, 1\)"),
+        (1, torch.zeros(2, 1), ValueError, r"ell must have shape \(3, 1\)"),
         (2, torch.zeros(3, 5), ValueError, r"acc must have shape \(3, 2\)"),
         (4, torch.zeros(5, 2), ValueError, r"values must have shape \(4, 2\).*S_blk"),
         (3, torch.zeros(3, 4, dtype=torch.long), TypeError, "scores must be a floating-point"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minitransformer.paged import OutOfBlocksError, PagedKVCache
 
@@ -41,7 +42,7 @@ def test_interleaved_sequences_stay_separate():
     gen = torch.Generator().manual_seed(0)
     cache = PagedKVCache(num_blocks=16, block_size=3, num_kv_heads=1, head_dim=2)
     want = {"a": [], "b": []}
-    for step in range(7):  # one token per step for each sequence, like batched decoding
+    for _ in range(7):  # one token per step for each sequence, like batched decoding
         for seq in ("a", "b"):
             k, v = _kv(1, 1, 2, gen)
             cache.append(seq, k, v)

@@ -123,8 +123,8 @@ def test_attention_heatmaps_wrap_into_rows_and_keep_labels_readable() -> None:
 
 def test_line_plot_with_own_x_limits_and_legend_place() -> None:
     fig, ax = plotting.figure()
-    lines = plotting.line_plot(ax, [1, 2, 3], {"all": [1, 2, 3],
-                                               "_hidden": {"x": [1, 3], "y": [0, 5], "marker": "."}},
+    series = {"all": [1, 2, 3], "_hidden": {"x": [1, 3], "y": [0, 5], "marker": "."}}
+    lines = plotting.line_plot(ax, [1, 2, 3], series,
                                ylim=(0, None), legend="lower left", title="t", xlabel="x")
     np.testing.assert_array_equal(lines[1].get_xdata(), [1, 3])
     assert ax.get_ylim()[0] == 0 and ax.get_title() == "t" and ax.get_xlabel() == "x"

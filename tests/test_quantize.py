@@ -60,10 +60,12 @@ def test_bad_input():
     [
         (([1.0, 2.0],), {}, TypeError, "x must be a torch.Tensor"),
         ((torch.tensor(1.0),), {}, ValueError, "x must have at least one dimension"),
-        ((torch.zeros(2, 3),), {"dim": 2}, ValueError, r"dim must be in \[-2, 2\).*\(2, 3\), got 2"),
+        ((torch.zeros(2, 3),), {"dim": 2}, ValueError,
+         r"dim must be in \[-2, 2\).*\(2, 3\), got 2"),
         ((torch.zeros(2, 3),), {"dim": -3}, ValueError, "dim must be in"),
         ((torch.zeros(2, 3),), {"dim": 1.0}, TypeError, "dim must be an int"),
-        ((torch.zeros(2, 3),), {"scale_dtype": torch.int8}, TypeError, "scale_dtype must be a floating-point"),
+        ((torch.zeros(2, 3),), {"scale_dtype": torch.int8}, TypeError,
+         "scale_dtype must be a floating-point"),
         ((torch.tensor([1.0, float("nan")]),), {}, ValueError, "x must be finite"),
     ],
 )
@@ -92,7 +94,8 @@ def test_empty_inputs_round_trip():
     no_rows = quantize_int8(torch.zeros(0, 4))
     assert no_rows.values.shape == (0, 4) and no_rows.scale.shape == (0, 1)
     empty_rows = quantize_int8(torch.zeros(3, 0))
-    assert empty_rows.values.shape == (3, 0) and torch.equal(empty_rows.scale, torch.ones(3, 1, dtype=torch.float16))
+    assert empty_rows.values.shape == (3, 0)
+    assert torch.equal(empty_rows.scale, torch.ones(3, 1, dtype=torch.float16))
     assert empty_rows.dequantize().shape == (3, 0)
 
 
@@ -129,7 +132,8 @@ def test_int8_cache_returns_what_was_appended_within_half_a_step():
         got_k, got_v = cache.update(k, v)
         want_k, want_v = reference.update(k, v)
     assert cache.keys.dtype == torch.int8 and got_k.dtype == torch.float32
-    for got, want, scales in ((got_k, want_k, cache.key_scales), (got_v, want_v, cache.value_scales)):
+    for got, want, scales in ((got_k, want_k, cache.key_scales),
+                              (got_v, want_v, cache.value_scales)):
         step = scales[:, :, : cache.length].float()
         assert ((got - want).abs() <= step / 2 + 1e-6).all()
 
@@ -150,7 +154,8 @@ def test_int8_cache_memory_is_exactly_one_byte_per_element_plus_the_scales():
     with torch.no_grad():
         for t in range(steps):
             model.decode(torch.full((B, 1), 1 + t % 5), memory, cache=fp32)
-    assert fp32.self_attn_nbytes == kv_cache_bytes(layers, heads, head_dim, steps, B, bytes_per_element=4)
+    assert fp32.self_attn_nbytes == kv_cache_bytes(layers, heads, head_dim, steps, B,
+                                                   bytes_per_element=4)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

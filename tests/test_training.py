@@ -99,7 +99,8 @@ def test_noam_step_zero_and_scale():
         (dict(step=1, d_model=512, scale=0.0), "scale"),
         (dict(step=1, d_model=512, scale=float("nan")), "scale must be finite"),
         (dict(step=1, d_model=512, decay_steps=5), "decay_steps=5 needs total_steps"),
-        (dict(step=1, d_model=512, total_steps=4, decay_steps=5), "decay_steps=5 must be <= total_steps=4"),
+        (dict(step=1, d_model=512, total_steps=4, decay_steps=5),
+         "decay_steps=5 must be <= total_steps=4"),
         (dict(step=1, d_model=512, total_steps=0), "total_steps must be positive"),
     ],
 )
@@ -328,7 +329,8 @@ def test_exact_match():
 
 
 def test_exact_match_follows_the_device(device):
-    out = exact_match(torch.tensor([[1, 4, 2]], device=device), torch.tensor([[1, 4, 2]], device=device), 2)
+    row = torch.tensor([[1, 4, 2]], device=device)
+    out = exact_match(row, row.clone(), 2)
     assert out.device.type == device.type and out.tolist() == [True]
 
 
@@ -345,19 +347,22 @@ def test_shard_batch_splits_rows_and_keeps_the_type():
     shards = [shard_batch(batch, r, 3) for r in range(3)]
     assert all(type(s) is type(batch) and s.src.shape[0] == 2 for s in shards)
     for i, field_ in enumerate(batch):
-        assert torch.equal(torch.cat([s[i] for s in shards]), field_)  # the shards, in order, are the batch
+        # the shards, in order, are the batch
+        assert torch.equal(torch.cat([s[i] for s in shards]), field_)
     nested = {"x": torch.arange(4), "pair": (torch.zeros(4, 2), [torch.ones(4)])}
     half = shard_batch(nested, 1, 2)
     assert half["x"].tolist() == [2, 3] and half["pair"][0].shape == (2, 2)
     assert isinstance(half["pair"][1], list) and half["pair"][1][0].shape == (2,)
-    assert all(torch.equal(a, b) for a, b in zip(shard_batch(batch, 0, 1), batch))  # one process
+    one_process = shard_batch(batch, 0, 1)
+    assert all(torch.equal(a, b) for a, b in zip(one_process, batch, strict=True))
 
 
 @pytest.mark.parametrize(
     "batch, rank, world, error, words",
     [
         ((torch.zeros(5, 2),), 0, 2, ValueError, "B=5 does not split into world_size=2"),
-        ((torch.zeros(4, 2), torch.zeros(3)), 0, 2, ValueError, "same batch size B on dim 0, got 3, 4"),
+        ((torch.zeros(4, 2), torch.zeros(3)), 0, 2, ValueError,
+         "same batch size B on dim 0, got 3, 4"),
         ((torch.zeros(4),), 2, 2, ValueError, r"rank must lie in \[0, world_size=2\), got 2"),
         ((torch.zeros(4),), 0, 0, ValueError, "world_size must be positive"),
         ((torch.zeros(4),), 0.0, 2, TypeError, "rank must be an int"),
@@ -493,7 +498,7 @@ def test_default_loss_gives_the_same_numbers_as_the_plain_loop(one_thread):
             losses = _reference_loop(model, batches, optimizer, scheduler, loss_fn, 1.0)
         runs.append((losses, [p.detach().clone() for p in model.parameters()]))
     assert runs[0][0] == runs[1][0]  # bit for bit
-    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
     assert seq2seq_loss(_tiny_model(), batches[0]).dim() == 0  # the default criterion
 
 
@@ -558,7 +563,8 @@ def test_loss_and_eval_fn_replace_a_hand_written_adam_loop():
                     eval_fn=eval_fn, eval_every=every, progress=False)
     assert history.eval_metric == curve and history.eval_steps == [4, 8, 12]
     assert history.eval_loss == []  # no eval_batch
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
+    pairs = zip(model.parameters(), model2.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     assert modes == [(False, False)] * 3  # eval mode, no gradients
     assert model2.training
 
@@ -628,7 +634,7 @@ def test_train_refuses_a_nan_loss_and_a_non_scalar_loss():
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(ValueError, match="loss of update 1 is nan"):
         train(model, [(src, tgt)], optimizer, progress=False)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(ValueError, match=r"scalar tensor, got \(2,\)"):
         train(model, [(src, tgt)], optimizer, loss=lambda m, b: torch.ones(2, requires_grad=True),
               progress=False)

@@ -40,5 +40,6 @@ class PlainAuthorYearStyle(PlainStyle):
 
 def setup(app):
     pybtex.plugin.register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)
-    pybtex.plugin.register_plugin("pybtex.style.formatting", "plain_author_year", PlainAuthorYearStyle)
+    pybtex.plugin.register_plugin("pybtex.style.formatting", "plain_author_year",
+                                  PlainAuthorYearStyle)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -190,7 +190,8 @@ def convert_citations(nb: nbformat.NotebookNode) -> int:
     count = 0
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "](cite:" in cell.source:
-            cell.source, n = CITATION.subn(lambda m: citation_role(m["text"], m["key"]), cell.source)
+            cell.source, n = CITATION.subn(lambda m: citation_role(m["text"], m["key"]),
+                                           cell.source)
             count += n
     return count
 

@@ -4,8 +4,9 @@ itself, the causal mask, and the shapes in cross-attention."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -4,7 +4,8 @@ behind FlashAttention, and appending one decoding step to a preallocated cache."
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -69,33 +70,33 @@ BLOCK = 4  # keys per block of the online softmax
 
 
 def _fold(step: Callable[..., Any], scores: Tensor, values: Tensor) -> tuple[Any, Any, Any]:
-    """``(m, l, acc)`` after feeding ``step`` the blocks of ``scores`` ``(T, S)`` and ``values``
+    """``(m, ell, acc)`` after feeding ``step`` the blocks of ``scores`` ``(T, S)`` and ``values``
     ``(S, d_v)`` one after the other, from the empty statistics."""
     m = torch.full((len(scores), 1), float("-inf"), dtype=scores.dtype)  # (T, 1)
-    l, acc = torch.zeros_like(m), torch.zeros(len(scores), values.shape[1], dtype=values.dtype)
+    ell, acc = torch.zeros_like(m), torch.zeros(len(scores), values.shape[1], dtype=values.dtype)
     for start in range(0, scores.shape[1], BLOCK):
-        out = step(m, l, acc, scores[:, start:start + BLOCK], values[start:start + BLOCK])
+        out = step(m, ell, acc, scores[:, start:start + BLOCK], values[start:start + BLOCK])
         if not isinstance(out, tuple) or len(out) != 3:
             raise ExerciseError(f"your step returns {type(out).__name__}; it should return the "
                                 "tuple (m, l, acc)")
-        m, l, acc = out
-    return m, l, acc
+        m, ell, acc = out
+    return m, ell, acc
 
 
-def _no_rescale(m: Tensor, l: Tensor, acc: Tensor, scores: Tensor,
+def _no_rescale(m: Tensor, ell: Tensor, acc: Tensor, scores: Tensor,
                 values: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
     p = torch.exp(scores - m_new)
-    return m_new, l + p.sum(-1, keepdim=True), acc + p @ values
+    return m_new, ell + p.sum(-1, keepdim=True), acc + p @ values
 
 
 def _output_wrong(got: tuple[Tensor, ...], scores: Tensor, values: Tensor) -> bool:
-    return not close(got[2] / got[1], torch.softmax(scores, -1) @ values)  # acc / l at the end
+    return not close(got[2] / got[1], torch.softmax(scores, -1) @ values)  # acc / ell at the end
 
 
 def _unrescaled(got: tuple[Tensor, ...], scores: Tensor, values: Tensor) -> bool:
-    _, l, acc = _fold(_no_rescale, scores, values)
-    return close(got[1], l) or close(got[2] / got[1], acc / l)
+    _, ell, acc = _fold(_no_rescale, scores, values)
+    return close(got[1], ell) or close(got[2] / got[1], acc / ell)
 
 
 _STEP_MISTAKES = [

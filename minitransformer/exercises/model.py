@@ -5,7 +5,7 @@ layer counted by hand, and one step of greedy decoding."""
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor

@@ -4,7 +4,8 @@ the shift matrix ``M_k``, a reasoning exercise on the wavelengths, and RoPE."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor

@@ -3,7 +3,8 @@ of the paper's section 5.3, label-smoothed targets, and teacher forcing."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor

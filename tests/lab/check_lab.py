@@ -77,8 +77,17 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "html"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
-from check_html import (CHROMIUM_ARGS, JS_BOX_HELPERS, PageResult, empty_folder,  # noqa: E402
-                        find_chromium, local_only, machine_path_line, read_toc, report)
+from check_html import (  # noqa: E402
+    CHROMIUM_ARGS,
+    JS_BOX_HELPERS,
+    PageResult,
+    empty_folder,
+    find_chromium,
+    local_only,
+    machine_path_line,
+    read_toc,
+    report,
+)
 from course_book import EVAL_ROLE, SOLUTION_CELL, parse_caption_cell  # noqa: E402
 
 VIEWPORT = {"width": 1280, "height": 2400}
@@ -455,7 +464,7 @@ class Lab:
         self.log = self.tmp / "lab.log"
         self.process: subprocess.Popen | None = None
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         jupyter = Path(sys.executable).with_name("jupyter")
         self.process = subprocess.Popen([str(jupyter), "lab"], env=self.env, cwd=self.root,
                                         stdout=self.log.open("w"), stderr=subprocess.STDOUT)
@@ -539,6 +548,7 @@ def run_all(page, exp: Expectations, timeout: float) -> tuple[float, str | None]
 def expected_hint(checker_source: str) -> str:
     """The hint the package's checker gives for TRIAL_ANSWER (the checker cell's function)."""
     import torch
+
     from minitransformer import exercises
     from minitransformer.exercises._core import ExerciseError
 
