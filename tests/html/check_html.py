@@ -102,7 +102,14 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1280, "height": 900}  # wide enough for the theme to show the sidebar
 PHONE_VIEWPORT = {"width": 390, "height": 844}  # a current phone's CSS pixels
 # Folders of a Sphinx HTML build that hold assets, not pages.
-ASSET_DIRS = {"_static", "_sources", "_images", "_downloads", "_sphinx_design_static", "_panels_static"}
+ASSET_DIRS = {
+    "_static",
+    "_sources",
+    "_images",
+    "_downloads",
+    "_sphinx_design_static",
+    "_panels_static",
+}
 MAX_SHOWN = 5  # at most this many examples of one kind of failure per page
 # What must not appear in a cell output: paths of the machine that built the book.
 MACHINE_PATH = re.compile(r"/work/|/home/|/tmp/|site-packages|\.venv\b")
@@ -178,7 +185,8 @@ JS_CELL_ERRORS = """() => {
   const EXC = /Traceback \\(most recent call last\\)|^\\s*\\w*(Error|Exception)\\b.*:/m;
   const tagsOf = el => {
     const cell = el.closest('.cell');
-    return cell ? Array.from(cell.classList).filter(c => c.startsWith('tag_')).map(c => c.slice(4)) : [];
+    if (!cell) return [];
+    return Array.from(cell.classList).filter(c => c.startsWith('tag_')).map(c => c.slice(4));
   };
   const lastLine = t => { const ls = t.split('\\n').map(l => l.trim()).filter(Boolean);
                           return ls.length ? ls[ls.length - 1].slice(0, 160) : ''; };
@@ -202,7 +210,8 @@ JS_CELL_ERRORS = """() => {
   const tagged = Array.from(document.querySelectorAll('.cell.tag_raises-exception'));
   const silent = tagged.filter(c => !c.classList.contains('tag_remove-output')
                                   && !c.querySelector('.output.traceback, .output.error'))
-      .map(c => (c.querySelector('.cell_input') || c).textContent.trim().split('\\n')[0].slice(0, 80));
+      .map(c => (c.querySelector('.cell_input') || c).textContent.trim())
+      .map(t => t.split('\\n')[0].slice(0, 80));
   return {errors, stderr, n_tagged: tagged.length, silent};
 }"""
 
@@ -218,8 +227,8 @@ JS_SIDEBAR = """() => {
 JS_SOLUTIONS = """() => Array.from(document.querySelectorAll('.solution')).map((s, i) => {
   const title = s.querySelector(':scope > .admonition-title');
   const body = Array.from(s.children).filter(c => !c.classList.contains('admonition-title'));
-  const shown = body.filter(c => c.checkVisibility({visibilityProperty: true, opacityProperty: true})
-                                 && c.getBoundingClientRect().height > 0);
+  const visible = c => c.checkVisibility({visibilityProperty: true, opacityProperty: true});
+  const shown = body.filter(c => visible(c) && c.getBoundingClientRect().height > 0);
   return {id: s.id, index: i, title: title ? title.textContent.trim().slice(0, 80) : '',
           classes: s.className, has_title: !!title, n_body: body.length, n_shown: shown.length};
 })"""
@@ -227,7 +236,8 @@ JS_SOLUTIONS = """() => Array.from(document.querySelectorAll('.solution')).map((
 JS_SOLUTION_SHOWN = """(id) => {
   const s = document.getElementById(id);
   const body = Array.from(s.children).filter(c => !c.classList.contains('admonition-title'));
-  return body.length > 0 && body.every(c => c.checkVisibility({visibilityProperty: true, opacityProperty: true}))
+  const visible = c => c.checkVisibility({visibilityProperty: true, opacityProperty: true});
+  return body.length > 0 && body.every(visible)
          && body.some(c => c.getBoundingClientRect().height > 0);
 }"""
 
@@ -248,15 +258,20 @@ JS_BOX_HELPERS = """
     for (let p = el.parentElement; p && p !== document.documentElement; p = p.parentElement) {
       if (getComputedStyle(p).overflowX === 'visible') continue;
       const pr = p.getBoundingClientRect();
-      if (r.left < pr.left - 1 || r.right > pr.right + 1)
-        return p.tagName.toLowerCase() + (p.className ? '.' + String(p.className).trim().split(/\\s+/).join('.') : '');
+      if (r.left < pr.left - 1 || r.right > pr.right + 1) {
+        const classes = p.className ? String(p.className).trim().split(/\\s+/) : [];
+        return [p.tagName.toLowerCase(), ...classes].join('.');
+      }
     }
     return null;
   };
 """
 
 # Display equations: {n, scrolling, clipped: [why ...]}.
-JS_EQUATIONS = """() => {""" + JS_BOX_HELPERS + """
+JS_EQUATIONS = (
+    """() => {"""
+    + JS_BOX_HELPERS
+    + """
   const boxes = Array.from(document.querySelectorAll('mjx-container[display="true"]'));
   const clipped = [];
   let scrolling = 0;
@@ -267,7 +282,11 @@ JS_EQUATIONS = """() => {""" + JS_BOX_HELPERS + """
     const cut = cutBy(box);
     if (cut) { clipped.push(`cut by ${cut}: ${tex}`); continue; }
     if (box.scrollWidth <= box.clientWidth + 1) continue;  // it fits
-    if (!scrolls(box)) { clipped.push(`wider than its box (${box.scrollWidth} > ${box.clientWidth} px), which does not scroll: ${tex}`); continue; }
+    const widths = `${box.scrollWidth} > ${box.clientWidth} px`;
+    if (!scrolls(box)) {
+      clipped.push(`wider than its box (${widths}), which does not scroll: ${tex}`);
+      continue;
+    }
     const before = box.scrollLeft;
     box.scrollLeft = box.scrollWidth;
     const reachable = math.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1;
@@ -275,17 +294,24 @@ JS_EQUATIONS = """() => {""" + JS_BOX_HELPERS + """
     const s = getComputedStyle(box);
     const cue = /gradient/.test(s.backgroundImage) && /local/.test(s.backgroundAttachment);
     if (!reachable) clipped.push(`its end cannot be scrolled into view: ${tex}`);
-    else if (!cue) clipped.push(`scrolls (${box.scrollWidth} > ${box.clientWidth} px) with nothing to show it does (no edge shadow): ${tex}`);
+    else if (!cue) {
+      clipped.push(`scrolls (${widths}) with nothing to show it does (no edge shadow): ${tex}`);
+    }
     else scrolling++;
   }
   return {n: boxes.length, scrolling, clipped};
 }"""
+)
 
 # Error outputs (tracebacks, a checker's hint) whose text does not wrap: [last line ...].
-JS_UNWRAPPED_ERRORS = """() => {""" + JS_BOX_HELPERS + """
+JS_UNWRAPPED_ERRORS = (
+    """() => {"""
+    + JS_BOX_HELPERS
+    + """
   const out = [];
   for (const pre of document.querySelectorAll(
-      '.cell_output .output.traceback pre, .cell_output .output.error pre, .cell_output .output.stderr pre')) {
+      '.cell_output .output.traceback pre, .cell_output .output.error pre,'
+      + ' .cell_output .output.stderr pre')) {
     if (!pre.checkVisibility()) continue;  // in a collapsed solution
     const lines = pre.textContent.split('\\n').map(l => l.trim()).filter(Boolean);
     const text = (lines.length ? lines[lines.length - 1] : '').slice(0, 100);
@@ -296,18 +322,23 @@ JS_UNWRAPPED_ERRORS = """() => {""" + JS_BOX_HELPERS + """
   }
   return out;
 }"""
+)
 
 # Sideways scrolling of the page, and the outermost elements that stick out to the right.
 JS_PAGE_WIDTH = """() => {
   const W = innerWidth, width = document.documentElement.scrollWidth;
   const culprits = [];
   if (width > W + 1) {
-    const sticksOut = el => { const r = el.getBoundingClientRect(); return r.width > 0 && r.right > W + 1; };
+    const sticksOut = el => {
+      const r = el.getBoundingClientRect();
+      return r.width > 0 && r.right > W + 1;
+    };
     const clips = el => getComputedStyle(el).overflowX !== 'visible';
     const walk = el => {
       for (const c of el.children) {
         if (!sticksOut(c)) { if (!clips(c)) walk(c); continue; }
-        if (getComputedStyle(c).position === 'fixed') continue;  // off-canvas panels do not widen the page
+        // off-canvas panels do not widen the page
+        if (getComputedStyle(c).position === 'fixed') continue;
         const inner = Array.from(c.children).some(sticksOut);
         if (inner && !clips(c)) { walk(c); continue; }
         culprits.push(`<${c.tagName.toLowerCase()} class="${String(c.className).slice(0, 60)}"> `
@@ -325,7 +356,8 @@ JS_DIALOG_OPEN = """(id) => !!(document.getElementById(id) || {}).open"""
 JS_DIALOG_LINKS = """(id) => {
   const d = document.getElementById(id);
   return d ? Array.from(d.querySelectorAll('a[href]'))
-                  .filter(a => a.checkVisibility({visibilityProperty: true, opacityProperty: true})).length : 0;
+                  .filter(a => a.checkVisibility({visibilityProperty: true, opacityProperty: true}))
+                  .length : 0;
 }"""
 
 # --------------------------------------------------------------------------------------
@@ -345,7 +377,7 @@ def machine_path_line(text: str) -> str | None:
     m = MACHINE_PATH.search(text)
     if m is None:
         return None
-    return text[text.rfind("\n", 0, m.start()) + 1:].split("\n", 1)[0].strip()[:160]
+    return text[text.rfind("\n", 0, m.start()) + 1 :].split("\n", 1)[0].strip()[:160]
 
 
 def raw_tex(text: str) -> list[str]:
@@ -418,9 +450,14 @@ def find_toc(build: Path) -> Path | None:
 EXTERNAL = r"""(?:https?:)?//(?!127\.0\.0\.1|localhost)[^"'\s)]+"""
 STATIC_PATTERNS = [
     ("script", re.compile(r"<script\b[^>]*\bsrc\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
-    ("stylesheet/preload/icon",
-     re.compile(r"<link\b(?=[^>]*\brel\s*=\s*[\"'][^\"']*(?:stylesheet|preload|icon|modulepreload))"
-                r"[^>]*\bhref\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
+    (
+        "stylesheet/preload/icon",
+        re.compile(
+            r"<link\b(?=[^>]*\brel\s*=\s*[\"'][^\"']*(?:stylesheet|preload|icon|modulepreload))"
+            r"[^>]*\bhref\s*=\s*[\"'](" + EXTERNAL + ")",
+            re.I,
+        ),
+    ),
     ("image", re.compile(r"<(?:img|source)\b[^>]*\bsrc\s*=\s*[\"'](" + EXTERNAL + ")", re.I)),
     ("css url()", re.compile(r"url\(\s*[\"']?(" + EXTERNAL + ")", re.I)),
     ("css @import", re.compile(r"@import\s+[\"'](" + EXTERNAL + ")", re.I)),
@@ -451,8 +488,10 @@ def external_references(build: Path, pages: list[str] | None = None) -> list[str
 # --------------------------------------------------------------------------------------
 # Static scan: the bibliography's labels and the citations that link to them.
 
-CITATION_ENTRY = re.compile(r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">(.*?)<p>', re.S)
-LINK = re.compile(r'<a\b([^>]*)>(.*?)</a>', re.S)
+CITATION_ENTRY = re.compile(
+    r'<div class="citation" id="([^"]+)"[^>]*>\s*<span class="label">(.*?)<p>', re.S
+)
+LINK = re.compile(r"<a\b([^>]*)>(.*?)</a>", re.S)
 AUTHOR_YEAR = re.compile(r"^(?P<authors>\D.*?), (?P<year>\d{4}[a-z]?)$")
 
 
@@ -492,12 +531,17 @@ def citation_problems(build: Path, pages: list[str]) -> tuple[int, int, list[str
                 mismatched.append(f"{page}: {shown!r} cites [{label}]")
     problems = []
     for what, items in [
-            ("bibliography labels are not author-year (like 'Vaswani et al., 2017')", not_author_year),
-            ("citations in the text do not show their entry's label (or its year or authors)",
-             sorted(set(mismatched)))]:
+        ("bibliography labels are not author-year (like 'Vaswani et al., 2017')", not_author_year),
+        (
+            "citations in the text do not show their entry's label (or its year or authors)",
+            sorted(set(mismatched)),
+        ),
+    ]:
         if items:
             more = f" (and {len(items) - MAX_SHOWN} more)" if len(items) > MAX_SHOWN else ""
-            problems.append(f"{len(items)} {what}{more}" + "".join(f"\n        {i}" for i in items[:MAX_SHOWN]))
+            problems.append(
+                f"{len(items)} {what}{more}" + "".join(f"\n        {i}" for i in items[:MAX_SHOWN])
+            )
     return len(labels), n_citations, problems
 
 
@@ -578,8 +622,9 @@ def benign(message: str, seen: set[str]) -> bool:
     return False
 
 
-def check_navigation(links: list[dict] | None, where: str, origin: str, docname: str, toc: Toc,
-                     res: PageResult) -> str:
+def check_navigation(
+    links: list[dict] | None, where: str, origin: str, docname: str, toc: Toc, res: PageResult
+) -> str:
     """Check the site navigation's links (JS_SIDEBAR's answer); return 'linked/all' pages."""
     if links is None:
         res.fail(f"no site navigation (nav.bd-docs-nav) in {where}")
@@ -594,12 +639,18 @@ def check_navigation(links: list[dict] | None, where: str, origin: str, docname:
     if not links:
         res.fail(f"{where} has no links at all")
     if missing:
-        res.fail(f"{where} does not link to {len(missing)} of the {len(toc.pages)} pages in _toc.yml",
-                 missing)
+        res.fail(
+            f"{where} does not link to {len(missing)} of the {len(toc.pages)} pages in _toc.yml",
+            missing,
+        )
     if hidden:
         res.fail(f"chapters linked but not visible in {where}", hidden)
-    if docname in toc.pages and docname != toc.root and docname in targets \
-            and not any(a["current"] for a in targets[docname]):
+    if (
+        docname in toc.pages
+        and docname != toc.root
+        and docname in targets
+        and not any(a["current"] for a in targets[docname])
+    ):
         res.fail(f"{where} does not mark this page as the current one (stale build?)")
     return f"{len(toc.pages) - len(missing)}/{len(toc.pages)}"
 
@@ -612,11 +663,16 @@ def check_equations_and_errors(page, res: PageResult, width: str) -> None:
     res.stats["equations_scrolling" + width] = eqs["scrolling"]
     at = f" at {width} px" if width else ""
     if eqs["clipped"]:
-        res.fail(f"{len(eqs['clipped'])} of {eqs['n']} display equations clipped{at}", eqs["clipped"])
+        res.fail(
+            f"{len(eqs['clipped'])} of {eqs['n']} display equations clipped{at}", eqs["clipped"]
+        )
     unwrapped = page.evaluate(JS_UNWRAPPED_ERRORS)
     if unwrapped:
-        res.fail(f"{len(unwrapped)} error output(s) do not wrap{at}: the end of the message is "
-                 "out of view", unwrapped)
+        res.fail(
+            f"{len(unwrapped)} error output(s) do not wrap{at}: the end of the message is "
+            "out of view",
+            unwrapped,
+        )
 
 
 def open_dialog(page, button, dialog: str, failure: str, res: PageResult) -> bool:
@@ -653,8 +709,16 @@ def report(tool: str, what: str, results: list[PageResult], book_failures: list[
     return 1
 
 
-def check_phone(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
-                known: set[str], res: PageResult) -> None:
+def check_phone(
+    context,
+    origin: str,
+    rel: str,
+    toc: Toc,
+    shots: Path | None,
+    args,
+    known: set[str],
+    res: PageResult,
+) -> None:
     """The checks at phone width (see the module docstring), added to `res`."""
     docname = rel[: -len(".html")]
     width = str(PHONE_VIEWPORT["width"])
@@ -672,49 +736,80 @@ def check_phone(context, origin: str, rel: str, toc: Toc, shots: Path | None, ar
         sideways = page.evaluate(JS_PAGE_WIDTH)
         res.stats["phone_width"] = sideways["width"]
         if sideways["width"] > sideways["innerWidth"] + 1:
-            res.fail(f"at {width} px the page scrolls sideways: it is {sideways['width']} px wide",
-                     sideways["culprits"])
+            res.fail(
+                f"at {width} px the page scrolls sideways: it is {sideways['width']} px wide",
+                sideways["culprits"],
+            )
         check_equations_and_errors(page, res, width)
         if shots is not None:
-            page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone.png")), full_page=True)
+            page.screenshot(
+                path=str(shots / (docname.replace("/", "-") + "-phone.png")), full_page=True
+            )
 
         # The site navigation: the visible ☰ button must open it, Escape close it.
         toggle = page.locator(".primary-toggle:visible")
         if toggle.count() == 0:
             res.fail(f"at {width} px there is no visible site-navigation button (☰)")
-        elif open_dialog(page, toggle.first, "pst-primary-sidebar-modal", f"at {width} px the "
-                         "site-navigation button (☰) does not open the navigation", res):
+        elif open_dialog(
+            page,
+            toggle.first,
+            "pst-primary-sidebar-modal",
+            f"at {width} px the site-navigation button (☰) does not open the navigation",
+            res,
+        ):
             res.stats["phone_nav"] = check_navigation(
-                page.evaluate(JS_SIDEBAR), f"the navigation at {width} px", origin, docname, toc, res)
+                page.evaluate(JS_SIDEBAR),
+                f"the navigation at {width} px",
+                origin,
+                docname,
+                toc,
+                res,
+            )
             if shots is not None and docname == toc.root:
                 page.screenshot(path=str(shots / (docname.replace("/", "-") + "-phone-nav.png")))
-            close_dialog(page, "pst-primary-sidebar-modal", f"at {width} px Escape does not close "
-                         "the navigation", res)
+            close_dialog(
+                page,
+                "pst-primary-sidebar-modal",
+                f"at {width} px Escape does not close the navigation",
+                res,
+            )
 
         # The page's contents, where the page has some.
         contents = page.locator(".secondary-toggle:visible")
         has_toc = page.evaluate("() => !!document.querySelector('#pst-secondary-sidebar a[href]')")
         if has_toc and contents.count() == 0:
             res.fail(f"at {width} px the page has contents but no visible button to show them")
-        elif contents.count() and open_dialog(page, contents.first, "pst-secondary-sidebar-modal",
-                                              f"at {width} px the contents button does not open "
-                                              "the page's contents", res):
+        elif contents.count() and open_dialog(
+            page,
+            contents.first,
+            "pst-secondary-sidebar-modal",
+            f"at {width} px the contents button does not open the page's contents",
+            res,
+        ):
             if not page.evaluate(JS_DIALOG_LINKS, "pst-secondary-sidebar-modal"):
                 res.fail(f"at {width} px the page's contents open empty")
-            close_dialog(page, "pst-secondary-sidebar-modal", f"at {width} px Escape does not close "
-                         "the page's contents", res)
+            close_dialog(
+                page,
+                "pst-secondary-sidebar-modal",
+                f"at {width} px Escape does not close the page's contents",
+                res,
+            )
 
         js_errors = [e for e in js_errors if not benign(e, known)]
         if js_errors:
             res.fail(f"{len(js_errors)} JavaScript error(s) at {width} px", js_errors)
     except Exception as exc:
-        res.fail(f"could not check the page at {width} px: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+        res.fail(
+            f"could not check the page at {width} px: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        )
     finally:
         page.close()
 
 
-def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, args,
-               known: set[str]) -> PageResult:
+def check_page(
+    context, origin: str, rel: str, toc: Toc, shots: Path | None, args, known: set[str]
+) -> PageResult:
     res = PageResult(rel)
     t0 = time.perf_counter()
     docname = rel[: -len(".html")]
@@ -726,10 +821,20 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
     failed_requests: list[str] = []
     page.on("pageerror", lambda e: js_errors.append(str(e).splitlines()[0][:200]))
     page.on("console", lambda m: console_errors.append(m.text[:200]) if m.type == "error" else None)
-    page.on("response", lambda r: bad_responses.append(f"HTTP {r.status} {r.url}")
-            if r.status >= 400 and r.url.startswith(origin) else None)
-    page.on("requestfailed", lambda r: failed_requests.append(f"{r.failure} {r.url}")
-            if r.url.startswith(origin) else None)
+    page.on(
+        "response",
+        lambda r: (
+            bad_responses.append(f"HTTP {r.status} {r.url}")
+            if r.status >= 400 and r.url.startswith(origin)
+            else None
+        ),
+    )
+    page.on(
+        "requestfailed",
+        lambda r: (
+            failed_requests.append(f"{r.failure} {r.url}") if r.url.startswith(origin) else None
+        ),
+    )
     try:
         page.goto(f"{origin}/{rel}", wait_until="load")
         ms = int(args.timeout * 1000)
@@ -743,11 +848,16 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
         if mathjax == "timeout":
             res.fail(f"MathJax did not finish typesetting within {args.timeout:g} s")
         elif math["n_math"] and mathjax != "ready":
-            res.fail(f"{math['n_math']} math elements but MathJax did not load "
-                     "(blocked CDN? missing _static/mathjax?)")
+            res.fail(
+                f"{math['n_math']} math elements but MathJax did not load "
+                "(blocked CDN? missing _static/mathjax?)"
+            )
         elif math["untypeset"]:
-            res.fail(f"{len(math['untypeset'])} of {math['n_math']} math elements were not "
-                     "typeset by MathJax", math["untypeset"])
+            res.fail(
+                f"{len(math['untypeset'])} of {math['n_math']} math elements were not "
+                "typeset by MathJax",
+                math["untypeset"],
+            )
         if math["errors"]:
             res.fail(f"MathJax reported {len(math['errors'])} TeX error(s)", math["errors"])
         res.stats["mathjax"] = mathjax
@@ -757,42 +867,61 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
 
         # Images and figures.
         imgs = page.evaluate(JS_IMAGES)
-        broken = [f"{i['src']!r} (alt {i['alt']!r}, complete={i['complete']}, "
-                  f"naturalWidth={i['width']})"
-                  for i in imgs["images"] if not (i["complete"] and i["width"] > 0)]
+        broken = [
+            f"{i['src']!r} (alt {i['alt']!r}, complete={i['complete']}, naturalWidth={i['width']})"
+            for i in imgs["images"]
+            if not (i["complete"] and i["width"] > 0)
+        ]
         res.stats["images"] = len(imgs["images"])
         if broken:
             res.fail(f"{len(broken)} of {len(imgs['images'])} images did not load", broken)
-        no_alt = [f"{i['src'][:80]!r} (alt {i['alt'][:80]!r})" for i in imgs["images"]
-                  if not i["alt"].strip() or FILE_NAME_ALT.search(i["alt"].strip())]
+        no_alt = [
+            f"{i['src'][:80]!r} (alt {i['alt'][:80]!r})"
+            for i in imgs["images"]
+            if not i["alt"].strip() or FILE_NAME_ALT.search(i["alt"].strip())
+        ]
         if no_alt:
-            res.fail(f"{len(no_alt)} of {len(imgs['images'])} images have no alt text but a file name "
-                     "(or nothing): give the figure's caption cell an :alt:", no_alt)
+            res.fail(
+                f"{len(no_alt)} of {len(imgs['images'])} images have no alt text but a file name "
+                "(or nothing): give the figure's caption cell an :alt:",
+                no_alt,
+            )
         if imgs["empty_figures"]:
             res.fail("figures with no image", imgs["empty_figures"])
 
         # Cell errors.
         cells = page.evaluate(JS_CELL_ERRORS)
-        unexpected = [f"[{e['kind']}] {e['line']}" + (f"  (tags: {', '.join(e['tags'])})" if e["tags"] else "")
-                      for e in cells["errors"] if not e["allowed"]]
+        unexpected = [
+            f"[{e['kind']}] {e['line']}"
+            + (f"  (tags: {', '.join(e['tags'])})" if e["tags"] else "")
+            for e in cells["errors"]
+            if not e["allowed"]
+        ]
         res.stats["errors_allowed"] = sum(e["allowed"] for e in cells["errors"])
         if unexpected:
-            res.fail(f"{len(unexpected)} cell error output(s) in cells not tagged raises-exception",
-                     unexpected)
+            res.fail(
+                f"{len(unexpected)} cell error output(s) in cells not tagged raises-exception",
+                unexpected,
+            )
         if cells["silent"]:
-            res.fail(f"{len(cells['silent'])} cell(s) tagged raises-exception show no error",
-                     cells["silent"])
+            res.fail(
+                f"{len(cells['silent'])} cell(s) tagged raises-exception show no error",
+                cells["silent"],
+            )
         for line in cells["stderr"]:
             res.notes.append(f"stderr output: {line}")
         paths = [line for line in map(machine_path_line, page.evaluate(JS_OUTPUT_TEXTS)) if line]
         if paths:
-            res.fail(f"{len(paths)} cell output(s) show a machine path (print the error's message "
-                     "instead of its traceback)", paths)
+            res.fail(
+                f"{len(paths)} cell output(s) show a machine path (print the error's message "
+                "instead of its traceback)",
+                paths,
+            )
 
         # The favicon.
         icons = page.evaluate(JS_FAVICON)
         if not icons:
-            res.fail("no favicon (<link rel=\"icon\">): the browser asks for /favicon.ico")
+            res.fail('no favicon (<link rel="icon">): the browser asks for /favicon.ico')
         for url in icons:
             response = context.request.get(url)
             if response.status != 200 or not response.body():
@@ -801,8 +930,9 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
         check_equations_and_errors(page, res, "")
 
         # Sidebar.
-        res.stats["sidebar"] = check_navigation(page.evaluate(JS_SIDEBAR), "the sidebar", origin,
-                                                docname, toc, res)
+        res.stats["sidebar"] = check_navigation(
+            page.evaluate(JS_SIDEBAR), "the sidebar", origin, docname, toc, res
+        )
 
         # Solutions, as the page opens.
         sols = page.evaluate(JS_SOLUTIONS)
@@ -814,8 +944,10 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
             elif s["n_body"] == 0:
                 res.fail(f"solution has no body: {label}")
             elif s["n_shown"]:
-                res.fail(f"solution visible when the page opens ({s['n_shown']} of "
-                         f"{s['n_body']} parts shown; is sphinx-togglebutton loaded?): {label}")
+                res.fail(
+                    f"solution visible when the page opens ({s['n_shown']} of "
+                    f"{s['n_body']} parts shown; is sphinx-togglebutton loaded?): {label}"
+                )
 
         if shots is not None:
             shot = shots / (rel[: -len(".html")].replace("/", "-") + ".png")
@@ -832,7 +964,9 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
                 # the exercise, and a click there follows the link instead.
                 button = page.locator(f'[id="{s["id"]}"] > .admonition-title > .toggle-button')
                 if button.count() != 1:
-                    res.fail(f"solution has no toggle button (sphinx-togglebutton not active?): {label}")
+                    res.fail(
+                        f"solution has no toggle button (sphinx-togglebutton not active?): {label}"
+                    )
                     continue
                 button.click()
                 try:
@@ -848,12 +982,16 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
             try:
                 page.wait_for_function(
                     "() => document.querySelectorAll('#search-results ul.search li').length > 0",
-                    timeout=15000)
+                    timeout=15000,
+                )
                 res.stats["search"] = page.evaluate(
-                    "() => document.querySelectorAll('#search-results ul.search li').length")
+                    "() => document.querySelectorAll('#search-results ul.search li').length"
+                )
             except Exception:
-                res.fail(f"searching for {args.search_word!r} (a word of the root page's title) "
-                         "finds nothing")
+                res.fail(
+                    f"searching for {args.search_word!r} (a word of the root page's title) "
+                    "finds nothing"
+                )
 
         # Loading problems (collected by the listeners above).
         js_errors = [e for e in js_errors if not benign(e, known)]
@@ -879,6 +1017,7 @@ def check_page(context, origin: str, rel: str, toc: Toc, shots: Path | None, arg
 def local_only(origin: str, blocked: dict[str, set[str]], current: dict[str, str]):
     """A Playwright route handler that lets through requests to `origin` (and data:, blob:,
     about: URLs) and aborts any other, recording it in `blocked` with current["page"]."""
+
     def gate(route, request) -> None:
         url = request.url
         if url.startswith(origin + "/") or url.startswith(("data:", "blob:", "about:")):
@@ -886,6 +1025,7 @@ def local_only(origin: str, blocked: dict[str, set[str]], current: dict[str, str
         else:
             blocked.setdefault(url, set()).add(current["page"])
             route.abort("blockedbyclient")
+
     return gate
 
 
@@ -908,8 +1048,13 @@ def html_pages(build: Path) -> list[str]:
 
 
 def find_chromium(explicit: str | None) -> str | None:
-    for c in [explicit, os.environ.get("CHROMIUM"), shutil.which("chromium"),
-              shutil.which("chromium-browser"), "/usr/bin/chromium"]:
+    for c in [
+        explicit,
+        os.environ.get("CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    ]:
         if c and Path(c).is_file() and os.access(c, os.X_OK):
             return c
     return None
@@ -921,22 +1066,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--screenshots", type=Path, help="save a full-page PNG of each page here")
     ap.add_argument("--toc", type=Path, help="_toc.yml (default: found above the build folder)")
     ap.add_argument("--chromium", help="Chromium executable (default: chromium on PATH)")
-    ap.add_argument("--page", action="append", default=[],
-                    help="check only pages whose path contains this (repeatable); "
-                         "skips the book-wide minimum counts")
+    ap.add_argument(
+        "--page",
+        action="append",
+        default=[],
+        help="check only pages whose path contains this (repeatable); "
+        "skips the book-wide minimum counts",
+    )
     ap.add_argument("--timeout", type=float, default=60, help="seconds per page step (default 60)")
     ap.add_argument("--no-click", action="store_true", help="do not click solutions open")
-    ap.add_argument("--min-solutions", type=int, default=1,
-                    help="fail if the book has fewer collapsed solutions (default 1)")
-    ap.add_argument("--min-math-pages", type=int, default=1,
-                    help="fail if fewer pages have rendered math (default 1)")
-    ap.add_argument("--min-images", type=int, default=1,
-                    help="fail if the whole book has fewer images (default 1: its figures)")
-    ap.add_argument("--min-equations", type=int, default=1,
-                    help="fail if the whole book has fewer display equations (default 1)")
-    ap.add_argument("--min-citations", type=int, default=1,
-                    help="fail if the whole book has fewer bibliography entries or citations "
-                         "(default 1)")
+    ap.add_argument(
+        "--min-solutions",
+        type=int,
+        default=1,
+        help="fail if the book has fewer collapsed solutions (default 1)",
+    )
+    ap.add_argument(
+        "--min-math-pages",
+        type=int,
+        default=1,
+        help="fail if fewer pages have rendered math (default 1)",
+    )
+    ap.add_argument(
+        "--min-images",
+        type=int,
+        default=1,
+        help="fail if the whole book has fewer images (default 1: its figures)",
+    )
+    ap.add_argument(
+        "--min-equations",
+        type=int,
+        default=1,
+        help="fail if the whole book has fewer display equations (default 1)",
+    )
+    ap.add_argument(
+        "--min-citations",
+        type=int,
+        default=1,
+        help="fail if the whole book has fewer bibliography entries or citations (default 1)",
+    )
     args = ap.parse_args(argv)
 
     build = args.build
@@ -955,7 +1123,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        print("check_html: the playwright Python package is missing: pip install -r requirements.txt")
+        print(
+            "check_html: the playwright Python package is missing: pip install -r requirements.txt"
+        )
         return 2
 
     book_failures: list[str] = []
@@ -968,16 +1138,23 @@ def main(argv: list[str] | None = None) -> int:
         book_failures.append(f"index.html does not lead to the root page {toc.root}.html")
     # Reading order: the toc's pages first, then the rest (genindex, search, ...).
     order = {f"{p}.html": i for i, p in enumerate(toc.pages)}
-    pages = sorted((p for p in pages if p != "index.html" or toc.root == "index"),
-                   key=lambda p: (order.get(p, len(order)), p))
+    pages = sorted(
+        (p for p in pages if p != "index.html" or toc.root == "index"),
+        key=lambda p: (order.get(p, len(order)), p),
+    )
     if args.page:
         pages = [p for p in pages if any(s in p for s in args.page)]
         if not pages:
             print(f"check_html: no page matches {args.page}")
             return 2
     # A word the search page must find: the longest one in the root page's title.
-    h1 = re.search(r"<h1[^>]*>(.*?)</h1>", (build / f"{toc.root}.html").read_text(errors="replace")
-                   if (build / f"{toc.root}.html").is_file() else "", re.S)
+    h1 = re.search(
+        r"<h1[^>]*>(.*?)</h1>",
+        (build / f"{toc.root}.html").read_text(errors="replace")
+        if (build / f"{toc.root}.html").is_file()
+        else "",
+        re.S,
+    )
     words = re.findall(r"[A-Za-z]{4,}", re.sub(r"<[^>]+>", " ", h1.group(1)) if h1 else "")
     args.search_word = max(words, key=len) if words else None
     for ref in external_references(build, pages if args.page else None):
@@ -994,21 +1171,27 @@ def main(argv: list[str] | None = None) -> int:
     known: set[str] = set()  # known harmless browser errors seen
     with LocalServer(build) as server, sync_playwright() as pw:
         try:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+            browser = pw.chromium.launch(
+                executable_path=chromium, headless=True, args=CHROMIUM_ARGS
+            )
         except Exception as exc:
             print(f"check_html: could not start {chromium}: {str(exc).strip()[:2000]}")
             return 2
         version = browser.version
-        context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1,
-                                      service_workers="block")
-        phone = browser.new_context(viewport=PHONE_VIEWPORT, device_scale_factor=1,
-                                    service_workers="block")
+        context = browser.new_context(
+            viewport=VIEWPORT, device_scale_factor=1, service_workers="block"
+        )
+        phone = browser.new_context(
+            viewport=PHONE_VIEWPORT, device_scale_factor=1, service_workers="block"
+        )
         current = {"page": ""}
         gate = local_only(server.origin, blocked, current)
         context.route("**/*", gate)
         phone.route("**/*", gate)
-        print(f"check_html: {len(pages)} pages of {build} served at {server.origin}, "
-              f"Chromium {version}, network blocked; toc {toc_path} lists {len(toc.pages)} pages")
+        print(
+            f"check_html: {len(pages)} pages of {build} served at {server.origin}, "
+            f"Chromium {version}, network blocked; toc {toc_path} lists {len(toc.pages)} pages"
+        )
         for rel in pages:
             current["page"] = rel
             t_page = time.perf_counter()
@@ -1017,14 +1200,23 @@ def main(argv: list[str] | None = None) -> int:
             r.seconds = time.perf_counter() - t_page
             results.append(r)
             s = r.stats
-            print(f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<28} math {s.get('math', '-'):>3}  "
-                  f"images {s.get('images', '-'):>2}  solutions {s.get('solutions', '-'):>2}  "
-                  f"expected errors {s.get('errors_allowed', '-'):>2}  sidebar {s.get('sidebar', '-'):>5}  "
-                  f"equations {s.get('equations', '-'):>2} ({s.get('equations_scrolling390', '-')} scroll at 390)  "
-                  f"phone {s.get('phone_width', '-')} px, nav {s.get('phone_nav', '-')}  "
-                  f"{r.seconds:5.1f} s"
-                  + (f"  (search {args.search_word!r}: {s['search']} results)" if "search" in s else ""),
-                  flush=True)
+            print(
+                f"  {'PASS' if not r.failures else 'FAIL'}  {rel:<28} "
+                f"math {s.get('math', '-'):>3}  "
+                f"images {s.get('images', '-'):>2}  solutions {s.get('solutions', '-'):>2}  "
+                f"expected errors {s.get('errors_allowed', '-'):>2}  "
+                f"sidebar {s.get('sidebar', '-'):>5}  "
+                f"equations {s.get('equations', '-'):>2} "
+                f"({s.get('equations_scrolling390', '-')} scroll at 390)  "
+                f"phone {s.get('phone_width', '-')} px, nav {s.get('phone_nav', '-')}  "
+                f"{r.seconds:5.1f} s"
+                + (
+                    f"  (search {args.search_word!r}: {s['search']} results)"
+                    if "search" in s
+                    else ""
+                ),
+                flush=True,
+            )
             for n in r.notes:
                 print(f"        note: {n}")
         context.close()
@@ -1032,36 +1224,50 @@ def main(argv: list[str] | None = None) -> int:
         browser.close()
 
     for url, where in sorted(blocked.items()):
-        book_failures.append(f"request to the network blocked: {url} (from {', '.join(sorted(where))})")
+        book_failures.append(
+            f"request to the network blocked: {url} (from {', '.join(sorted(where))})"
+        )
     n_solutions = sum(r.stats.get("solutions", 0) for r in results)
     n_math_pages = sum(1 for r in results if r.stats.get("math", 0) > 0)
     n_images = sum(r.stats.get("images", 0) for r in results)
     n_equations = sum(r.stats.get("equations", 0) for r in results)
     if not args.page:
         if n_solutions < args.min_solutions:
-            book_failures.append(f"found {n_solutions} solutions in the whole book, expected at "
-                                 f"least {args.min_solutions}: is the check still finding them?")
+            book_failures.append(
+                f"found {n_solutions} solutions in the whole book, expected at "
+                f"least {args.min_solutions}: is the check still finding them?"
+            )
         if n_images < args.min_images:
-            book_failures.append(f"found {n_images} images in the whole book, expected at least "
-                                 f"{args.min_images} (its figures): is the check still finding them?")
+            book_failures.append(
+                f"found {n_images} images in the whole book, expected at least "
+                f"{args.min_images} (its figures): is the check still finding them?"
+            )
         if n_math_pages < args.min_math_pages:
-            book_failures.append(f"found math on {n_math_pages} pages, expected at least "
-                                 f"{args.min_math_pages}: is the check still finding it?")
+            book_failures.append(
+                f"found math on {n_math_pages} pages, expected at least "
+                f"{args.min_math_pages}: is the check still finding it?"
+            )
         if n_equations < args.min_equations:
-            book_failures.append(f"found {n_equations} display equations, expected at least "
-                                 f"{args.min_equations}: is the check still finding them?")
+            book_failures.append(
+                f"found {n_equations} display equations, expected at least "
+                f"{args.min_equations}: is the check still finding them?"
+            )
         if min(n_entries, n_citations) < args.min_citations:
-            book_failures.append(f"found {n_entries} bibliography entries and {n_citations} citations "
-                                 f"linking to them, expected at least {args.min_citations} of each: "
-                                 "is the check still finding them?")
+            book_failures.append(
+                f"found {n_entries} bibliography entries and {n_citations} citations "
+                f"linking to them, expected at least {args.min_citations} of each: "
+                "is the check still finding them?"
+            )
     for k in sorted(known):
         print(f"check_html: ignored a known harmless browser error: {k}")
-    print(f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
-          f"{n_images} images, {n_solutions} solutions, "
-          f"math on {n_math_pages} pages, {n_equations} display equations, "
-          f"{n_entries} bibliography entries cited {n_citations} times, "
-          f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
-          + (f"; screenshots in {shots}" if shots else ""))
+    print(
+        f"check_html: {len(results)} pages in {time.perf_counter() - t0:.1f} s; "
+        f"{n_images} images, {n_solutions} solutions, "
+        f"math on {n_math_pages} pages, {n_equations} display equations, "
+        f"{n_entries} bibliography entries cited {n_citations} times, "
+        f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
+        + (f"; screenshots in {shots}" if shots else "")
+    )
     return report("check_html", "pages", results, book_failures)
 
 

@@ -92,8 +92,21 @@ from course_book import EVAL_ROLE, SOLUTION_CELL, parse_caption_cell  # noqa: E4
 
 VIEWPORT = {"width": 1280, "height": 2400}
 # Markup that must never be visible as text in a rendered markdown cell.
-RAW_MARKUP = ["{glue", "{term}", "{eval}", "{numref}", "{doc}", "{ref}", "{cite", "{py:", "{prf:",
-              ":label:", ":class:", "Unknown Directive", "Unknown Role"]
+RAW_MARKUP = [
+    "{glue",
+    "{term}",
+    "{eval}",
+    "{numref}",
+    "{doc}",
+    "{ref}",
+    "{cite",
+    "{py:",
+    "{prf:",
+    ":label:",
+    ":class:",
+    "Unknown Directive",
+    "Unknown Role",
+]
 ROLE = re.compile(r"\{([\w:.-]+)\}`([^`]*)`")
 EXERCISE = re.compile(r"^(`{3,}|:{3,})\{exercise\}[ \t]*(?P<title>[^\n]*)$", re.M)
 GLUE_FIGURE = re.compile(r"^(`{3,}|:{3,})\{glue:figure\}", re.M)
@@ -108,15 +121,17 @@ KNOWN_BENIGN = [
     # {ref} to another chapter logs this, once per rendering, and shows its text as a plain link
     # (the HTML book links it). A reference it cannot resolve that a reader would notice is
     # shown in yellow, which the cell checks report.
-    (re.compile(r"^Cross reference target was not found: "), "jupyterlab-myst: references to other documents"),
+    (
+        re.compile(r"^Cross reference target was not found: "),
+        "jupyterlab-myst: references to other documents",
+    ),
 ]
 
 # The exercise that is tried with a wrong answer: (chapter, how its stub starts, the answer).
 TRIAL_CHAPTER = "book/warmup"
 TRIAL_STUB = "def softmax("
 TRIAL_ANSWER = (
-    "def softmax(x, dim=-1):\n"
-    "    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
+    "def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
 )
 
 # --------------------------------------------------------------------------------------
@@ -126,16 +141,22 @@ JS_NOTEBOOK = "const panel = window.jupyterapp.shell.currentWidget, nb = panel.c
 
 JS_LOADED = """(n) => {
   const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  if (!panel || !panel.content || !panel.content.widgets || panel.content.widgets.length !== n) return false;
+  if (!panel || !panel.content || !panel.content.widgets) return false;
+  if (panel.content.widgets.length !== n) return false;
   const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
   const md = panel.content.widgets.filter(c => c.model.type === 'markdown');
-  return !!kernel && kernel.status === 'idle' && md.every(c => c.rendered && c.node.querySelector('.myst, .jp-MarkdownOutput'));
+  return !!kernel && kernel.status === 'idle'
+    && md.every(c => c.rendered && c.node.querySelector('.myst, .jp-MarkdownOutput'));
 }"""
 
-JS_DIALOG = """() => Array.from(document.querySelectorAll('.jp-Dialog')).map(d => d.innerText.slice(0, 200))"""
+JS_DIALOG = """() => Array.from(document.querySelectorAll('.jp-Dialog'))
+  .map(d => d.innerText.slice(0, 200))"""
 
 # Count the kernel's execute_input and error messages from now on (listening once per page).
-JS_WATCH_KERNEL = """() => {""" + JS_NOTEBOOK + """
+JS_WATCH_KERNEL = (
+    """() => {"""
+    + JS_NOTEBOOK
+    + """
   const kernel = panel.sessionContext.session.kernel;
   const listening = !!window.__labcheck;
   window.__labcheck = {inputs: 0, errors: 0, last: Date.now()};
@@ -148,14 +169,20 @@ JS_WATCH_KERNEL = """() => {""" + JS_NOTEBOOK + """
   });
   kernel.statusChanged.connect(() => { window.__labcheck.last = Date.now(); });
 }"""
+)
 
-JS_RUN_STATE = """() => {""" + JS_NOTEBOOK + """
+JS_RUN_STATE = (
+    """() => {"""
+    + JS_NOTEBOOK
+    + """
   const w = window.__labcheck;
   return {inputs: w.inputs, errors: w.errors, idle_ms: Date.now() - w.last,
           status: panel.sessionContext.session.kernel.status};
 }"""
+)
 
-JS_SCROLLER = """() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"""
+JS_SCROLLER = """() => document.querySelector(
+  '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"""
 
 JS_SCROLL_TO = """(top) => {
   const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
@@ -164,7 +191,11 @@ JS_SCROLL_TO = """(top) => {
 }"""
 
 # What each cell shows: one plain object per cell, in notebook order.
-JS_CELLS = """() => {""" + JS_NOTEBOOK + JS_BOX_HELPERS + """
+JS_CELLS = (
+    """() => {"""
+    + JS_NOTEBOOK
+    + JS_BOX_HELPERS
+    + """
   const vis = el => !!el && el.checkVisibility({visibilityProperty: true, opacityProperty: true})
                     && el.getBoundingClientRect().height > 0;
   return nb.widgets.map((cell, index) => {
@@ -176,7 +207,8 @@ JS_CELLS = """() => {""" + JS_NOTEBOOK + JS_BOX_HELPERS + """
       info.rendered = !!cell.rendered && vis(out);
       info.text = out ? out.innerText : '';
       info.codes = out ? Array.from(out.querySelectorAll('code')).map(c => c.textContent) : [];
-      info.captions = out ? Array.from(out.querySelectorAll('figure figcaption')).map(f => f.innerText) : [];
+      info.captions = out
+        ? Array.from(out.querySelectorAll('figure figcaption')).map(f => f.innerText) : [];
       info.details = out ? Array.from(out.querySelectorAll('details')).map(d => ({
           open: d.open, summary: (d.querySelector('summary') || d).innerText.slice(0, 80),
           body_shown: Array.from(d.children).some(c => c.tagName !== 'SUMMARY' && vis(c))})) : [];
@@ -203,7 +235,8 @@ JS_CELLS = """() => {""" + JS_NOTEBOOK + JS_BOX_HELPERS + """
           visible: vis(shown),
           images: shown ? Array.from(shown.querySelectorAll('img'))
                              .filter(i => i.complete && i.naturalWidth > 0 && vis(i)).length : 0,
-          progress: shown ? shown.querySelectorAll('progress, .widget-hprogress, .widget-vprogress, [role="progressbar"]').length : 0,
+          progress: shown ? shown.querySelectorAll(
+            'progress, .widget-hprogress, .widget-vprogress, [role="progressbar"]').length : 0,
           overflow: pre ? Math.max(0, pre.scrollWidth - pre.clientWidth) : 0,
           cut: pre ? cutBy(pre) : null,
         });
@@ -212,14 +245,21 @@ JS_CELLS = """() => {""" + JS_NOTEBOOK + JS_BOX_HELPERS + """
     return info;
   });
 }"""
+)
 
-JS_CELL_NODE_TOP = """(i) => {""" + JS_NOTEBOOK + """
+JS_CELL_NODE_TOP = (
+    """(i) => {"""
+    + JS_NOTEBOOK
+    + """
   const s = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
   const node = nb.widgets[i].node;
   return node.getBoundingClientRect().top - s.getBoundingClientRect().top + s.scrollTop;
 }"""
+)
 
-JS_SOURCE = """(i) => {""" + JS_NOTEBOOK + """ return nb.widgets[i].model.sharedModel.getSource(); }"""
+JS_SOURCE = (
+    """(i) => {""" + JS_NOTEBOOK + """ return nb.widgets[i].model.sharedModel.getSource(); }"""
+)
 
 # --------------------------------------------------------------------------------------
 # What a chapter must show, read from the notebook.
@@ -238,7 +278,9 @@ class Expectations:
     n_code: int  # code cells JupyterLab sends to the kernel (not empty)
     figures: list[Figure] = field(default_factory=list)
     glue_figures: int = 0  # {glue:figure} directives: figures JupyterLab cannot show
-    values: dict[int, list[tuple[str, str | None]]] = field(default_factory=dict)  # cell -> (name, value)
+    values: dict[int, list[tuple[str, str | None]]] = field(
+        default_factory=dict
+    )  # cell -> (name, value)
     exercises: list[str] = field(default_factory=list)  # titles, in order
     solutions: list[int] = field(default_factory=list)  # {solution} (or {solution-start}) cells
     solution_code: list[int] = field(default_factory=list)  # code cells of a solution
@@ -295,7 +337,9 @@ def expectations(path: Path) -> Expectations:
 
 def plain(text: str) -> str:
     """Text as compared: no emphasis or code marks, straight quotes, spaces collapsed."""
-    text = re.sub(r"[`*_]", "", text).translate(str.maketrans("\u2018\u2019\u201c\u201d\xa0", "''\"\" "))
+    text = re.sub(r"[`*_]", "", text).translate(
+        str.maketrans("\u2018\u2019\u201c\u201d\xa0", "''\"\" ")
+    )
     return re.sub(r"\s+", " ", text).strip()
 
 
@@ -320,18 +364,35 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
     n_figures = len(exp.figures) + exp.glue_figures
     res.stats[f"images_{state}"] = images
     if images != n_figures:
-        what = (f" ({exp.glue_figures} of them {{glue:figure}} directives, which JupyterLab cannot show)"
-                if exp.glue_figures else "")
+        what = (
+            f" ({exp.glue_figures} of them {{glue:figure}} directives,"
+            " which JupyterLab cannot show)"
+            if exp.glue_figures
+            else ""
+        )
         res.fail(f"{at}{images} images in the outputs, but {n_figures} figures{what}")
     for number, fig in enumerate(exp.figures, start=1):
-        above = next((by_index[j] for j in range(fig.cell - 1, -1, -1) if by_index[j]["type"] == "code"), None)
-        if above is None or above["index"] != fig.cell - 1 or not any(o["images"] for o in above["outputs"]):
+        above = next(
+            (by_index[j] for j in range(fig.cell - 1, -1, -1) if by_index[j]["type"] == "code"),
+            None,
+        )
+        if (
+            above is None
+            or above["index"] != fig.cell - 1
+            or not any(o["images"] for o in above["outputs"])
+        ):
             res.fail(f"{at}figure {fig.label}: the cell above its caption shows no image")
         caption = by_index[fig.cell]["captions"]
-        if not caption or not caption[0].replace("\xa0", " ").startswith(f"Figure {number}:") \
-                or len(caption[0].split(":", 1)[1].strip()) < 3:
-            res.fail(f"{at}figure {fig.label}: the caption cell does not render as 'Figure {number}: ...' "
-                     f"(shows {caption[0][:60] if caption else 'no caption'!r})")
+        if (
+            not caption
+            or not caption[0].replace("\xa0", " ").startswith(f"Figure {number}:")
+            or len(caption[0].split(":", 1)[1].strip()) < 3
+        ):
+            res.fail(
+                f"{at}figure {fig.label}: the caption cell does not render as "
+                f"'Figure {number}: ...' "
+                f"(shows {caption[0][:60] if caption else 'no caption'!r})"
+            )
 
     # Markdown: rendered, no raw markup, roles, inline expressions, exercises, solutions.
     raw, not_rendered, not_found, role_src = [], [], [], []
@@ -345,30 +406,48 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
         for marker in RAW_MARKUP:
             at_marker = text.find(marker)
             if at_marker >= 0:
-                raw.append(f"cell {c['index']}: {marker!r} in ...{text[max(0, at_marker - 40):at_marker + 60]!r}")
+                raw.append(
+                    f"cell {c['index']}: {marker!r} in "
+                    f"...{text[max(0, at_marker - 40) : at_marker + 60]!r}"
+                )
         not_found += [f"cell {c['index']}: {t}" for t in c["not_found"]]
         for role, content in exp.roles.get(c["index"], []):
             shown = content.strip()
-            raw_form = role.startswith("glue") or shown.startswith("~") or re.search(r"<[^>]+>$", shown)
+            raw_form = (
+                role.startswith("glue") or shown.startswith("~") or re.search(r"<[^>]+>$", shown)
+            )
             if raw_form and shown in text:
                 role_src.append(f"cell {c['index']}: {{{role}}} shows its source text {shown!r}")
         for name, value in exp.values.get(c["index"], []):
             if value is None:
-                res.fail(f"{at}cell {c['index']}: inline expression {name!r} has no stored value "
-                         "(run make notebooks)")
+                res.fail(
+                    f"{at}cell {c['index']}: inline expression {name!r} has no stored value "
+                    "(run make notebooks)"
+                )
             elif name in c["codes"]:
-                res.fail(f"{at}cell {c['index']}: inline expression {name!r} shown as its name, not its value")
+                res.fail(
+                    f"{at}cell {c['index']}: inline expression {name!r} shown as its name, "
+                    "not its value"
+                )
             elif value not in text:
-                res.fail(f"{at}cell {c['index']}: inline expression {name!r} does not show {value!r}")
+                res.fail(
+                    f"{at}cell {c['index']}: inline expression {name!r} does not show {value!r}"
+                )
         for d in c["details"]:
             if d["open"] or d["body_shown"]:
-                res.fail(f"{at}cell {c['index']}: a dropdown ({d['summary']!r}) is open when it should "
-                         "be collapsed")
-    for items, what in [(not_rendered, "markdown cells not rendered"),
-                        (raw, "places show raw markup"),
-                        (not_found, "references or citations that jupyterlab-myst cannot resolve "
-                                    "(shown in yellow)"),
-                        (role_src, "roles shown as source text")]:
+                res.fail(
+                    f"{at}cell {c['index']}: a dropdown ({d['summary']!r}) is open when it should "
+                    "be collapsed"
+                )
+    for items, what in [
+        (not_rendered, "markdown cells not rendered"),
+        (raw, "places show raw markup"),
+        (
+            not_found,
+            "references or citations that jupyterlab-myst cannot resolve (shown in yellow)",
+        ),
+        (role_src, "roles shown as source text"),
+    ]:
         if items:
             res.fail(f"{at}{len(items)} {what}", items)
     all_text = plain(" ".join(c.get("text", "") for c in cells))
@@ -382,11 +461,15 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
         c = by_index[i]
         line = first_line(c["source"])
         if not c["input_collapsed"]:
-            res.fail(f"{at}cell {i}: the solution's code is not collapsed (store it with "
-                     "jupyter.source_hidden)")
+            res.fail(
+                f"{at}cell {i}: the solution's code is not collapsed (store it with "
+                "jupyter.source_hidden)"
+            )
         elif not line.startswith("#") or c["placeholder"] != line:
-            res.fail(f"{at}cell {i}: the collapsed solution shows {c['placeholder']!r}, not its "
-                     "first line as a comment")
+            res.fail(
+                f"{at}cell {i}: the collapsed solution shows {c['placeholder']!r}, not its "
+                "first line as a comment"
+            )
 
     # Outputs: errors, stderr, progress bars.
     unexpected, stderr, bars, widgets, paths = [], [], [], [], []
@@ -396,7 +479,9 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
         tags = c["tags"]
         errors = [o for o in c["outputs"] if o["type"] == "error"]
         if errors and "raises-exception" not in tags:
-            unexpected += [f"cell {c['index']}: {first_line(o['text']) or o['ename']}" for o in errors]
+            unexpected += [
+                f"cell {c['index']}: {first_line(o['text']) or o['ename']}" for o in errors
+            ]
         if "raises-exception" in tags and not any(o["visible"] for o in errors):
             res.fail(f"{at}cell {c['index']} is tagged raises-exception but shows no error")
         for o in c["outputs"]:
@@ -411,11 +496,12 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
             if "application/vnd.jupyter.widget-view+json" in o["mimes"] and not o["progress"]:
                 widgets.append(f"cell {c['index']}: {first_line(o['text']) or '(nothing shown)'}")
     for items, what in [
-            (unexpected, "error outputs in cells not tagged raises-exception"),
-            (stderr, "stderr outputs (the pink box) in cells not tagged allow-stderr"),
-            (bars, "progress bars printed as text to stderr (use tqdm.auto: a widget in JupyterLab)"),
-            (widgets, "widget outputs that show no progress bar"),
-            (paths, "outputs show a machine path (print the error's message instead of its traceback)")]:
+        (unexpected, "error outputs in cells not tagged raises-exception"),
+        (stderr, "stderr outputs (the pink box) in cells not tagged allow-stderr"),
+        (bars, "progress bars printed as text to stderr (use tqdm.auto: a widget in JupyterLab)"),
+        (widgets, "widget outputs that show no progress bar"),
+        (paths, "outputs show a machine path (print the error's message instead of its traceback)"),
+    ]:
         if items:
             res.fail(f"{at}{len(items)} {what}", items)
 
@@ -431,12 +517,14 @@ def free_port() -> int:
 
 
 class Lab:
-    """JupyterLab from this venv on 127.0.0.1, serving a copy of `book/`, with settings of its own."""
+    """JupyterLab from this venv on 127.0.0.1, serving a copy of `book/`, with its own settings."""
 
     def __init__(self, book: Path, timeout: float) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="check-lab-"))
         self.root = self.tmp / "book"
-        shutil.copytree(book, self.root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            book, self.root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        )
         self.port, self.token, self.timeout = free_port(), secrets.token_hex(16), timeout
         self.origin = f"http://127.0.0.1:{self.port}"
         settings = self.tmp / "settings"
@@ -450,30 +538,56 @@ class Lab:
             f.write_text(json.dumps(values))
         config = self.tmp / "config"
         config.mkdir()
-        (config / "jupyter_server_config.json").write_text(json.dumps({
-            "IdentityProvider": {"token": self.token},
-            "ServerApp": {"ip": "127.0.0.1", "port": self.port, "port_retries": 0,
-                          "open_browser": False, "root_dir": str(self.root),
-                          "allow_root": os.geteuid() == 0},
-            "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-                       "extension_manager": "readonly", "expose_app_in_browser": True,
-                       "user_settings_dir": str(settings), "workspaces_dir": str(self.tmp / "workspaces")},
-        }))
-        self.env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"),
-                        IPYTHONDIR=str(self.tmp / "ipython"), MPLCONFIGDIR=str(self.tmp / "matplotlib"))
+        (config / "jupyter_server_config.json").write_text(
+            json.dumps(
+                {
+                    "IdentityProvider": {"token": self.token},
+                    "ServerApp": {
+                        "ip": "127.0.0.1",
+                        "port": self.port,
+                        "port_retries": 0,
+                        "open_browser": False,
+                        "root_dir": str(self.root),
+                        "allow_root": os.geteuid() == 0,
+                    },
+                    "LabApp": {
+                        "news_url": None,
+                        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+                        "extension_manager": "readonly",
+                        "expose_app_in_browser": True,
+                        "user_settings_dir": str(settings),
+                        "workspaces_dir": str(self.tmp / "workspaces"),
+                    },
+                }
+            )
+        )
+        self.env = dict(
+            os.environ,
+            JUPYTER_CONFIG_DIR=str(config),
+            JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"),
+            IPYTHONDIR=str(self.tmp / "ipython"),
+            MPLCONFIGDIR=str(self.tmp / "matplotlib"),
+        )
         self.log = self.tmp / "lab.log"
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Lab:
         jupyter = Path(sys.executable).with_name("jupyter")
-        self.process = subprocess.Popen([str(jupyter), "lab"], env=self.env, cwd=self.root,
-                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [str(jupyter), "lab"],
+            env=self.env,
+            cwd=self.root,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
             try:
-                with urllib.request.urlopen(f"{self.origin}/api/status?token={self.token}", timeout=5):
+                with urllib.request.urlopen(
+                    f"{self.origin}/api/status?token={self.token}", timeout=5
+                ):
                     return self
             except OSError:
                 time.sleep(0.5)
@@ -534,15 +648,21 @@ def run_all(page, exp: Expectations, timeout: float) -> tuple[float, str | None]
     while True:
         page.wait_for_timeout(500)
         state = page.evaluate(JS_RUN_STATE)
-        done = state["inputs"] >= exp.n_code and state["status"] == "idle" and state["idle_ms"] > 1000
+        done = (
+            state["inputs"] >= exp.n_code and state["status"] == "idle" and state["idle_ms"] > 1000
+        )
         if done:
             return time.perf_counter() - t0, None
         if state["status"] == "idle" and state["idle_ms"] > 15000:
-            return time.perf_counter() - t0, (f"Run All stopped after {state['inputs']} of {exp.n_code} "
-                                              f"code cells ({state['errors']} errors)")
+            return time.perf_counter() - t0, (
+                f"Run All stopped after {state['inputs']} of {exp.n_code} "
+                f"code cells ({state['errors']} errors)"
+            )
         if time.perf_counter() - t0 > timeout:
-            return time.perf_counter() - t0, (f"Run All did not finish within {timeout:g} s "
-                                              f"({state['inputs']} of {exp.n_code} code cells ran)")
+            return time.perf_counter() - t0, (
+                f"Run All did not finish within {timeout:g} s "
+                f"({state['inputs']} of {exp.n_code} code cells ran)"
+            )
 
 
 def expected_hint(checker_source: str) -> str:
@@ -567,8 +687,16 @@ def expected_hint(checker_source: str) -> str:
 
 def try_wrong_answer(page, nb_cells: list, res: PageResult, shots: Path | None) -> None:
     """Type TRIAL_ANSWER into the stub, run it and its checker, check the hint is all visible."""
-    stub = next((i for i, c in enumerate(nb_cells) if c.cell_type == "code"
-                 and c.source.lstrip().startswith(TRIAL_STUB) and "NotImplementedError" in c.source), None)
+    stub = next(
+        (
+            i
+            for i, c in enumerate(nb_cells)
+            if c.cell_type == "code"
+            and c.source.lstrip().startswith(TRIAL_STUB)
+            and "NotImplementedError" in c.source
+        ),
+        None,
+    )
     if stub is None or stub + 1 >= len(nb_cells) or nb_cells[stub + 1].cell_type != "code":
         res.fail(f"no exercise stub starting {TRIAL_STUB!r} followed by its checker cell")
         return
@@ -595,43 +723,63 @@ def try_wrong_answer(page, nb_cells: list, res: PageResult, shots: Path | None) 
     checker = page.evaluate(JS_CELLS)[stub + 1]
     errors = [o for o in checker["outputs"] if o["type"] == "error"]
     if not errors:
-        res.fail("the checker shows no hint for the wrong answer: it shows "
-                 f"{[first_line(o['text']) for o in checker['outputs']]}")
+        res.fail(
+            "the checker shows no hint for the wrong answer: it shows "
+            f"{[first_line(o['text']) for o in checker['outputs']]}"
+        )
         return
     shown = re.sub(r"\s+", " ", errors[0]["text"])
     if re.sub(r"\s+", " ", hint) not in shown:
         res.fail(f"the checker's hint is not shown whole: expected {hint!r}, shown {shown[:300]!r}")
     if errors[0]["overflow"] > 1:
-        res.fail(f"the checker's hint is clipped: {errors[0]['overflow']} px of it are out of its box")
+        res.fail(
+            f"the checker's hint is clipped: {errors[0]['overflow']} px of it are out of its box"
+        )
     if errors[0]["cut"]:
         res.fail(f"the checker's hint is cut by {errors[0]['cut']}")
     res.stats["hint"] = "shown" if len(res.failures) == before else "FAIL"
     if shots is not None:
-        page.locator(".jp-Notebook .jp-Cell").nth(stub + 1).screenshot(path=str(shots / f"{Path(TRIAL_CHAPTER).name}-hint.png"))
+        page.locator(".jp-Notebook .jp-Cell").nth(stub + 1).screenshot(
+            path=str(shots / f"{Path(TRIAL_CHAPTER).name}-hint.png")
+        )
 
 
-def check_chapter(context, lab: Lab, docname: str, book: Path, shots: Path | None, args,
-                  known: set[str]) -> PageResult:
+def check_chapter(
+    context, lab: Lab, docname: str, book: Path, shots: Path | None, args, known: set[str]
+) -> PageResult:
     res = PageResult(docname)
     name = Path(docname).name
     path = book / f"{name}.ipynb"
     exp = expectations(path)
-    res.stats.update(figures=len(exp.figures) + exp.glue_figures, values=sum(map(len, exp.values.values())),
-                     exercises=len(exp.exercises), solutions=len(exp.solutions), raises=len(exp.raises))
+    res.stats.update(
+        figures=len(exp.figures) + exp.glue_figures,
+        values=sum(map(len, exp.values.values())),
+        exercises=len(exp.exercises),
+        solutions=len(exp.solutions),
+        raises=len(exp.raises),
+    )
     page = context.new_page()
     page.set_default_timeout(60_000)
     messages: list[str] = []
     page.on("pageerror", lambda e: messages.append(f"page error: {str(e).splitlines()[0][:200]}"))
-    page.on("console", lambda m: messages.append(f"console {m.type}: {m.text[:2000]}")
-            if m.type == "error" else None)
+    page.on(
+        "console",
+        lambda m: (
+            messages.append(f"console {m.type}: {m.text[:2000]}") if m.type == "error" else None
+        ),
+    )
     try:
         page.goto(lab.url(f"/lab/tree/{name}.ipynb?reset"), wait_until="domcontentloaded")
         try:
-            page.wait_for_function(JS_LOADED, arg=exp.n_cells, timeout=args.timeout * 1000, polling=500)
+            page.wait_for_function(
+                JS_LOADED, arg=exp.n_cells, timeout=args.timeout * 1000, polling=500
+            )
         except Exception:
             dialogs = page.evaluate(JS_DIALOG)
-            res.fail("the notebook did not open with an idle kernel and every markdown cell rendered"
-                     + (f"; a dialog shows: {dialogs}" if dialogs else ""))
+            res.fail(
+                "the notebook did not open with an idle kernel and every markdown cell rendered"
+                + (f"; a dialog shows: {dialogs}" if dialogs else "")
+            )
             return res
         page.wait_for_timeout(1000)  # images and math settle
         check_cells(page.evaluate(JS_CELLS), exp, res, "before")
@@ -660,8 +808,8 @@ def check_chapter(context, lab: Lab, docname: str, book: Path, shots: Path | Non
 
 def merge_states(failures: list[str]) -> list[str]:
     """One line for a failure seen both before and after Run All."""
-    after = {f[len("after: "):] for f in failures if f.startswith("after: ")}
-    before = {f[len("before: "):] for f in failures if f.startswith("before: ")}
+    after = {f[len("after: ") :] for f in failures if f.startswith("after: ")}
+    before = {f[len("before: ") :] for f in failures if f.startswith("before: ")}
     merged = []
     for f in failures:
         state, _, what = f.partition(": ")
@@ -689,19 +837,37 @@ def benign(message: str, seen: set[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--toc", type=Path, default=ROOT / "_toc.yml", help="_toc.yml (default: the repository's)")
+    ap.add_argument(
+        "--toc", type=Path, default=ROOT / "_toc.yml", help="_toc.yml (default: the repository's)"
+    )
     ap.add_argument("--screenshots", type=Path, help="save screenshots here")
     ap.add_argument("--chromium", help="Chromium executable (default: chromium on PATH)")
-    ap.add_argument("--chapter", action="append", default=[],
-                    help="check only chapters whose name contains this (repeatable); "
-                         "skips the book-wide minimum counts")
-    ap.add_argument("--timeout", type=float, default=120,
-                    help="seconds for JupyterLab to start and for a notebook to open (default 120)")
-    ap.add_argument("--run-timeout", type=float, default=1200,
-                    help="seconds for Run All of one chapter (default 1200)")
+    ap.add_argument(
+        "--chapter",
+        action="append",
+        default=[],
+        help="check only chapters whose name contains this (repeatable); "
+        "skips the book-wide minimum counts",
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=120,
+        help="seconds for JupyterLab to start and for a notebook to open (default 120)",
+    )
+    ap.add_argument(
+        "--run-timeout",
+        type=float,
+        default=1200,
+        help="seconds for Run All of one chapter (default 1200)",
+    )
     for what in ("figures", "values", "exercises", "solutions"):
-        ap.add_argument(f"--min-{what}", type=int, default=1,
-                        help=f"fail if the whole book has fewer {what} (default 1)")
+        ap.add_argument(
+            f"--min-{what}",
+            type=int,
+            default=1,
+            help=f"fail if the whole book has fewer {what} (default 1)",
+        )
     args = ap.parse_args(argv)
 
     if not args.toc.is_file():
@@ -713,7 +879,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.chapter:
         chapters = [c for c in chapters if any(s in c for s in args.chapter)]
     if not chapters:
-        print(f"check_lab: no notebook chapters in {args.toc}" + (f" match {args.chapter}" if args.chapter else ""))
+        print(
+            f"check_lab: no notebook chapters in {args.toc}"
+            + (f" match {args.chapter}" if args.chapter else "")
+        )
         return 2
     chromium = find_chromium(args.chromium)
     if chromium is None:
@@ -735,12 +904,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-            context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1, service_workers="block")
+            browser = pw.chromium.launch(
+                executable_path=chromium, headless=True, args=CHROMIUM_ARGS
+            )
+            context = browser.new_context(
+                viewport=VIEWPORT, device_scale_factor=1, service_workers="block"
+            )
             current = {"page": ""}
             context.route("**/*", local_only(lab.origin, blocked, current))
-            print(f"check_lab: {len(chapters)} chapters in JupyterLab at {lab.origin} (a copy of {book}), "
-                  f"Chromium {browser.version}, network blocked")
+            print(
+                f"check_lab: {len(chapters)} chapters in JupyterLab at {lab.origin} "
+                f"(a copy of {book}), "
+                f"Chromium {browser.version}, network blocked"
+            )
             for docname in chapters:
                 current["page"] = docname
                 t_chapter = time.perf_counter()
@@ -748,33 +924,43 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
                 s = r.stats
                 run = f"{s['run_s']:.1f} s" if "run_s" in s else "-"
-                print(f"  {'PASS' if not r.failures else 'FAIL'}  {docname:<22} "
-                      f"figures {s.get('figures', 0):>2} (images {s.get('images_before', '-')}/{s.get('images_after', '-')})  "
-                      f"numbers {s.get('values', 0):>2}  exercises {s.get('exercises', 0)}  "
-                      f"solutions {s.get('solutions', 0)}  expected errors {s.get('raises', 0)}  "
-                      + (f"hint {s['hint']}  " if "hint" in s else "")
-                      + f"run all {run}  ({time.perf_counter() - t_chapter:.0f} s in all)", flush=True)
+                print(
+                    f"  {'PASS' if not r.failures else 'FAIL'}  {docname:<22} "
+                    f"figures {s.get('figures', 0):>2} "
+                    f"(images {s.get('images_before', '-')}/{s.get('images_after', '-')})  "
+                    f"numbers {s.get('values', 0):>2}  exercises {s.get('exercises', 0)}  "
+                    f"solutions {s.get('solutions', 0)}  expected errors {s.get('raises', 0)}  "
+                    + (f"hint {s['hint']}  " if "hint" in s else "")
+                    + f"run all {run}  ({time.perf_counter() - t_chapter:.0f} s in all)",
+                    flush=True,
+                )
             context.close()
             browser.close()
     finally:
         log = lab.log_tail()
         lab.__exit__()
 
-    book_failures = [f"request to the network blocked: {url} (from {', '.join(sorted(where))})"
-                     for url, where in sorted(blocked.items())]
+    book_failures = [
+        f"request to the network blocked: {url} (from {', '.join(sorted(where))})"
+        for url, where in sorted(blocked.items())
+    ]
     if not args.chapter:
         for what in ("figures", "values", "exercises", "solutions"):
             found, least = sum(r.stats.get(what, 0) for r in results), getattr(args, f"min_{what}")
             if found < least:
-                book_failures.append(f"found {found} {what} in the whole book, expected at least {least}: "
-                                     "is the check still finding them?")
+                book_failures.append(
+                    f"found {found} {what} in the whole book, expected at least {least}: "
+                    "is the check still finding them?"
+                )
     trial = next((r for r in results if r.path == TRIAL_CHAPTER), None)
     if trial is not None and "hint" not in trial.stats:
         book_failures.append(f"the wrong answer was not tried in {TRIAL_CHAPTER}")
     for why in sorted(known):
         print(f"check_lab: ignored known harmless messages: {why}")
-    print(f"check_lab: {len(results)} chapters in {time.perf_counter() - t0:.1f} s"
-          + (f"; screenshots in {shots}" if shots else ""))
+    print(
+        f"check_lab: {len(results)} chapters in {time.perf_counter() - t0:.1f} s"
+        + (f"; screenshots in {shots}" if shots else "")
+    )
     status = report("check_lab", "chapters", results, book_failures)
     if any("could not check" in f or "did not open" in f for r in results for f in r.failures):
         print(f"\nJupyterLab's log ends:\n{log}")
