@@ -14,6 +14,10 @@ in JupyterLab shows its numbers before it is run. The values are taken at the ce
 the notebook, after the code cells above it ran: exactly what the HTML build
 (myst-nb, ``execute_notebooks: inline``) and a learner's Run All show there.
 
+Progress bars (tqdm's ipywidgets) are not stored: a widget's saved view shows in JupyterLab
+only in a trusted notebook, and as raw text (``reverse task: 0%|...``) otherwise; a learner's
+run draws the live bar. Their cells are ``nbval-ignore-output`` (CONTRIBUTING, "Chapters").
+
 Exits non-zero, leaving the notebook file untouched, if a cell raises unexpectedly or an
 expression fails to evaluate.
 """
@@ -60,6 +64,17 @@ class ExpressionRecordingClient(NotebookClient):
         return cell
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def drop_widgets(nb: nbformat.NotebookNode) -> None:
+    """Remove the stored progress-bar widgets: their outputs and the notebook's widget state."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
+    nb.metadata.pop("widgets", None)
+
+
 def run(path: Path, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -71,6 +86,7 @@ def run(path: Path, timeout: int) -> float:
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
+    drop_widgets(nb)
     nbformat.write(nb, path)
     return time.perf_counter() - start
 

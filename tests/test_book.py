@@ -113,6 +113,19 @@ def test_hidden_code_cells_are_collapsed_in_jupyter(chapter):
 
 
 @pytest.mark.parametrize("chapter", toc_chapters())
+def test_no_stored_progress_bar_widgets(chapter):
+    """A stored widget view shows as raw text in an untrusted notebook: `make notebooks` drops
+    them (scripts/run_notebooks.py), and a learner's run draws the live bar."""
+    nb = nbformat.read(ROOT / "book" / f"{chapter}.ipynb", as_version=4)
+    assert "widgets" not in nb.metadata, f"book/{chapter}.ipynb stores widget state"
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            assert "application/vnd.jupyter.widget-view+json" not in out.get("data", {}), (
+                f"book/{chapter}.ipynb cell {i} stores a widget view: re-record with make notebooks"
+            )
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
 def test_figures_are_shown_by_their_cell_and_captioned_after_it(chapter):
     """Each `plotting.show(fig)` cell is followed by its caption cell (label, alt text,
     caption), and each caption cell follows such a cell; no figure goes through glue."""
