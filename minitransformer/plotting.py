@@ -2,7 +2,7 @@
 
 Chapters call :func:`use_style` once at the top (the only function that changes matplotlib's
 global settings), make a figure with :func:`figure`, draw with the helpers below and show it
-with :func:`show` (or :func:`glue_figure`). Each helper draws on an ``Axes`` it is given and
+with :func:`show`. Each helper draws on an ``Axes`` it is given and
 returns what it drew, so chapters make no matplotlib calls of their own. Figures stay at most
 :data:`MAX_WIDTH` inches wide: the book's text column is about 730 px, so a wider figure is
 scaled down and its 10-point labels fall below 9 px.
@@ -60,7 +60,6 @@ __all__ = [
     "arrow",
     "note",
     "show",
-    "glue_figure",
 ]
 
 STYLE: dict[RcKeyType, Any] = {
@@ -591,13 +590,4 @@ def show(fig: Figure) -> None:
     from IPython.display import display  # notebooks only
 
     display(fig)
-    plt.close(fig)
-
-
-def glue_figure(name: str, fig: Figure) -> None:
-    """Hand ``fig`` to myst-nb under ``name`` and close it: it appears once, where a
-    ``{glue:figure}`` directive with a caption places it."""
-    from myst_nb import glue  # imported here: only notebooks need myst-nb
-
-    glue(name, fig, display=False)
     plt.close(fig)
