@@ -55,6 +55,7 @@ __all__ = [
     "BYTE_ORDER",
     "PRETOKENIZE_PATTERN",
     "pretokenize",
+    "merge_pair",
     "BPETokenizer",
 ]
 
@@ -102,8 +103,21 @@ def _utf8(text: str) -> bytes:
                          f"({text[err.start:err.end]!r})") from None
 
 
+def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """One merge step of BPE: ``ids`` with every occurrence of ``pair`` replaced by
+    ``new_id``, scanning left to right, so that of overlapping occurrences the left one merges:
+    ``merge_pair([5, 5, 5], (5, 5), 9) == [9, 5]``. Section "Byte-pair encoding"."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError(f"pair must be a pair of ints (left, right), got {pair!r}")
+    return _merge([as_int(f"ids[{i}]", x) for i, x in enumerate(ids)],
+                  (as_int("pair[0]", pair[0]), as_int("pair[1]", pair[1])),
+                  as_int("new_id", new_id))
+
+
 def _merge(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """``word`` with every occurrence of ``pair`` replaced by ``new_id``, left to right."""
+    """:func:`merge_pair` without the argument checks (the training loop's inner step)."""
     out, i = [], 0
     while i < len(word):
         if i + 1 < len(word) and (word[i], word[i + 1]) == pair:

@@ -148,18 +148,54 @@ def test_evaluate_lm_predicts_every_token_but_the_first_once(seq_len):
 def test_train_lm_learns_a_periodic_stream_reproducibly():
     stream = torch.arange(600) % 7  # period 7: every token determines the next
 
-    def run(steps):
+    def run(steps, **kwargs):
         model = small_model(seed=3, dropout=0.1)
         torch.manual_seed(3)  # dropout
-        losses = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
-                          warmup_steps=5, generator=torch.Generator().manual_seed(0))
-        return model, losses
+        history = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
+                           warmup_steps=5, generator=torch.Generator().manual_seed(0),
+                           progress=False, **kwargs)
+        return model, history.loss
 
     assert run(8)[1] == run(8)[1]  # same seeds, same losses
     model, losses = run(60)
     assert len(losses) == 60 and losses[0] > 3.0 and losses[-1] < 0.5
     assert model.training
     assert evaluate_lm(model, stream[:100], seq_len=12) < 0.5
+
+
+def test_train_lm_is_the_course_loop_with_the_lm_loss_and_its_evaluations():
+    """train_lm is training.train with lm_loss: the same losses, and eval_fn every eval_every
+    steps and after the last, in eval mode."""
+    stream = torch.arange(300) % 7
+    modes = []
+
+    def held_out(model):
+        modes.append(model.training)
+        return evaluate_lm(model, stream[:50], seq_len=12)
+
+    model = small_model(seed=3)
+    history = train_lm(model, stream, steps=25, seq_len=12, batch_size=4, warmup_steps=5,
+                       generator=torch.Generator().manual_seed(0), eval_fn=held_out,
+                       eval_every=10, progress=False)
+    assert history.eval_steps == [10, 20, 25] and modes == [False] * 3
+    assert history.eval_metric[-1] == evaluate_lm(model, stream[:50], seq_len=12)
+    assert len(history.loss) == len(history.lr) == 25
+    assert history.lr[0] == pytest.approx(1e-3 / 5)  # the first warm-up step
+    assert max(history.lr) == pytest.approx(1e-3) and history.lr[-1] > 1e-4  # cosine to lr / 10
+
+
+def test_a_float64_model_keeps_float64_through_the_loss_and_sampling():
+    """The loss and the sampling distribution follow the model's dtype (float32 for half
+    precision): a float64 model is not rounded to float32 on the way."""
+    model = small_model().double()
+    tokens = random_tokens(2, 9)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+        manual = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
+        loss = lm_loss(model, tokens)
+    assert loss.dtype == torch.float64 and torch.equal(loss, manual)
+    assert next_token_probs(logits[:, -1], top_k=5).dtype == torch.float64
+    assert next_token_probs(logits[:, -1].half()).dtype == torch.float32
 
 
 # -- sampling -------------------------------------------------------------------------------
