@@ -23,7 +23,7 @@ on average, as unsure between as a uniform choice.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from minitransformer.data import PAD_ID
 from minitransformer.kv_cache import KVCache
 from minitransformer.model import Decoder
 from minitransformer.positional import PositionalEncoding
+from minitransformer.tokenizer import BPETokenizer
 from minitransformer.training import TrainHistory, train
 
 __all__ = [
@@ -83,7 +84,8 @@ class DecoderOnlyTransformer(nn.Module):
         self.max_len = positive_int("max_len", max_len)
         self.tie_embeddings = bool(tie_embeddings)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, dropout=probability("dropout", dropout))
+        self.positional = PositionalEncoding(d_model, max_len,
+                                             dropout=probability("dropout", dropout))
         self.decoder = Decoder(
             num_layers=positive_int("num_layers", num_layers), d_model=d_model,
             num_heads=num_heads, d_ff=positive_int("d_ff", d_ff), dropout=dropout,
@@ -299,9 +301,10 @@ def generate(
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
     temperature = finite_float("temperature", temperature, low=0.0)
     B, T0 = prompt.shape
-    if T0 == 0 or T0 + max_new_tokens > model.max_len:
+    max_len = int(model.max_len)  # type: ignore[arg-type]  # a DecoderOnlyTransformer's
+    if T0 == 0 or T0 + max_new_tokens > max_len:
         raise ValueError(f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
-                         f"must fit 1 to max_len={model.max_len} positions")
+                         f"must fit 1 to max_len={max_len} positions")
     if cache is not None and (not use_cache or cache.length):
         raise ValueError(f"cache must be an empty KVCache and use_cache True, got a cache of "
                          f"length {cache.length} and use_cache={use_cache}")
@@ -313,7 +316,7 @@ def generate(
     length = T0
     with torch.inference_mode():  # no autograd bookkeeping: many small steps
         while length < T0 + max_new_tokens:
-            if not use_cache:
+            if cache is None:
                 logits = model(out[:, :length])[:, -1]  # (B, V): the whole sequence again
             else:  # the prompt at the first step, then only the newest token
                 logits = model(out[:, cache.length : length], cache=cache)[:, -1]  # (B, V)
@@ -381,7 +384,7 @@ def pydoc_split() -> tuple[list[str], list[str]]:
     return train, held_out
 
 
-def encode_corpus(tokenizer, texts: Iterable[str]) -> Tensor:
+def encode_corpus(tokenizer: BPETokenizer, texts: Iterable[str]) -> Tensor:
     """One ``(N,)`` long tensor of token ids: each document's ids followed by the tokenizer's
     ``eos_id`` (``<|endoftext|>``), as GPT-2's training data separates documents."""
     ids: list[int] = []

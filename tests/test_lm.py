@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from minitransformer.kv_cache import KVCache
@@ -55,7 +56,7 @@ def test_logits_match_a_torch_encoder_stack_with_a_causal_mask(norm_first):
                                    norm_first=norm_first),
         N_LAYERS, norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False).eval()
     model = small_model(norm_first=norm_first)
-    for ours, theirs in zip(model.decoder.layers, reference.layers):
+    for ours, theirs in zip(model.decoder.layers, reference.layers, strict=True):
         copy = EncoderLayer.from_torch(theirs)  # the package's own torch import, tested there
         ours.self_attn.load_state_dict(copy.self_attn.state_dict())
         ours.feed_forward.load_state_dict(copy.feed_forward.state_dict())
@@ -296,13 +297,14 @@ def test_generation_on_the_test_device(device):
 def test_bigram_counts_and_smoothing():
     stream = torch.tensor([0, 1, 1, 2, 0, 1, 2, 2, 0])
     table = bigram_log_probs(stream, 3, alpha=0.5)
-    pairs = Counter(zip(stream.tolist(), stream[1:].tolist()))
+    pairs = Counter(zip(stream.tolist(), stream[1:].tolist(), strict=False))
     for a in range(3):
         row = sum(n for (x, _), n in pairs.items() if x == a)
         for b in range(3):
             assert math.exp(table[a, b]) == pytest.approx((pairs[(a, b)] + 0.5) / (row + 1.5))
     assert torch.allclose(table.exp().sum(1), torch.ones(3, dtype=torch.float64))
-    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist())) / 8
+    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist(),
+                                                strict=True)) / 8
     assert bigram_loss(table, stream) == pytest.approx(float(expected))
 
 
