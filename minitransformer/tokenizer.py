@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from minitransformer._checks import as_int, positive_int
 
@@ -197,14 +197,15 @@ class BPETokenizer:
         *,
         special_tokens: Sequence[str] = (PAD, ENDOFTEXT),
         min_frequency: int = 2,
-    ) -> "BPETokenizer":
+    ) -> BPETokenizer:
         """Learn merges from ``text`` (a str, or an iterable of documents) until the
         vocabulary has ``vocab_size`` tokens (specials and the 256 bytes included) or no pair
         occurs ``min_frequency`` times. Section "Training BPE"; the loop is in the module
         docstring."""
+        given: object = text  # checked at run time, whatever the annotation promises
         if isinstance(text, str):
             texts = [text]
-        elif isinstance(text, (bytes, bytearray)) or not hasattr(text, "__iter__"):
+        elif isinstance(given, (bytes, bytearray)) or not hasattr(given, "__iter__"):
             raise TypeError(f"text must be a str or an iterable of str, got {type(text).__name__}")
         else:
             texts = [_check_text(f"text[{i}]", t) for i, t in enumerate(text)]
@@ -226,8 +227,8 @@ class BPETokenizer:
         # 2. Count adjacent pairs, and remember which words contain each pair.
         pair_counts: Counter[tuple[int, int]] = Counter()
         where: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
-        for w, (word, n) in enumerate(zip(words, counts)):
-            for pair in zip(word, word[1:]):
+        for w, (word, n) in enumerate(zip(words, counts, strict=True)):
+            for pair in zip(word, word[1:], strict=False):
                 pair_counts[pair] += n
                 where[pair].add(w)
         # A max-heap of (count, pair), as a min-heap of (-count, pair): the most frequent pair
@@ -251,9 +252,9 @@ class BPETokenizer:
             for w in where.pop(pair):
                 old, new = words[w], _merge(words[w], pair, new_id)
                 words[w] = new
-                for p in zip(old, old[1:]):
+                for p in zip(old, old[1:], strict=False):
                     pair_counts[p] -= counts[w]
-                for p in zip(new, new[1:]):
+                for p in zip(new, new[1:], strict=False):
                     pair_counts[p] += counts[w]
                     if new_id in p:
                         where[p].add(w)
@@ -293,7 +294,8 @@ class BPETokenizer:
             ids = self._bytes_to_ids(chunk.encode("utf-8"))
             while len(ids) > 1:
                 # the earliest-learned adjacent pair (min keeps the leftmost of equal ranks)
-                ranks = [self._rank.get(pair, len(self.merges)) for pair in zip(ids, ids[1:])]
+                pairs = zip(ids, ids[1:], strict=False)
+                ranks = [self._rank.get(pair, len(self.merges)) for pair in pairs]
                 i = min(range(len(ranks)), key=ranks.__getitem__)
                 if ranks[i] == len(self.merges):
                     break  # no learned pair left
