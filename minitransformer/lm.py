@@ -8,7 +8,8 @@ ids ``(B, T)`` in, logits ``(B, T, V)`` out, where the logits at position ``t`` 
 * :class:`DecoderOnlyTransformer`: embedding, positions, ``Decoder(cross_attention=False)``,
   the output projection;
 * :func:`lm_loss` and :func:`evaluate_lm`: the shifted next-token cross-entropy;
-* :func:`train_lm`: AdamW on random windows of a token stream;
+* :func:`train_lm`: AdamW on random windows of a token stream, through the course's one
+  training loop (:func:`~minitransformer.training.train`);
 * :func:`next_token_probs` and :func:`generate`: greedy decoding and seeded sampling with a
   temperature and top-k, with or without the KV cache (same tokens);
 * :func:`bigram_log_probs` and :func:`bigram_loss`: the baseline a model must beat;
@@ -22,7 +23,7 @@ on average, as unsure between as a uniform choice.
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,8 @@ from minitransformer.data import PAD_ID
 from minitransformer.kv_cache import KVCache
 from minitransformer.model import Decoder
 from minitransformer.positional import PositionalEncoding
+from minitransformer.tokenizer import BPETokenizer
+from minitransformer.training import TrainHistory, train
 
 __all__ = [
     "DecoderOnlyTransformer",
@@ -81,7 +84,8 @@ class DecoderOnlyTransformer(nn.Module):
         self.max_len = positive_int("max_len", max_len)
         self.tie_embeddings = bool(tie_embeddings)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len, dropout=probability("dropout", dropout))
+        self.positional = PositionalEncoding(d_model, max_len,
+                                             dropout=probability("dropout", dropout))
         self.decoder = Decoder(
             num_layers=positive_int("num_layers", num_layers), d_model=d_model,
             num_heads=num_heads, d_ff=positive_int("d_ff", d_ff), dropout=dropout,
@@ -126,6 +130,11 @@ class DecoderOnlyTransformer(nn.Module):
 # -- the loss -----------------------------------------------------------------------------
 
 
+def _at_least_float32(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision logits, else their own dtype (a float64 model stays float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> Tensor:
     """The causal language-modelling loss of ``tokens`` ``(B, T + 1)``: the model reads
     ``tokens[:, :-1]`` and each position must predict the next token, ``tokens[:, 1:]``.
@@ -140,7 +149,8 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> T
     logits = model(tokens[:, :-1])  # (B, T, V)
     targets = tokens[:, 1:]  # (B, T): shifted left by one
     ignore = -100 if pad_id is None else pad_id  # no id is -100: nothing is ignored
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=ignore)
+    logits = logits.flatten(0, 1).to(_at_least_float32(logits.dtype))  # (B T, V)
+    return F.cross_entropy(logits, targets.flatten(), ignore_index=ignore)
 
 
 def _check_stream(name: str, tokens: Tensor, min_len: int) -> Tensor:
@@ -196,16 +206,22 @@ def train_lm(
     weight_decay: float = 0.01,
     clip_grad_norm: float = 1.0,
     generator: torch.Generator | None = None,
-) -> list[float]:
-    """Train ``model`` as a causal LM on a token stream ``tokens`` ``(N,)``; return the loss of
-    each step. Section "Training the model".
+    eval_fn: Callable[[nn.Module], float] | None = None,
+    eval_every: int = 50,
+    progress: bool = True,
+) -> TrainHistory:
+    """Train ``model`` as a causal LM on a token stream ``tokens`` ``(N,)``. Section "Training
+    the model".
 
-    Each step takes ``batch_size`` windows of ``seq_len + 1`` tokens at random offsets (drawn
-    with ``generator``), computes :func:`lm_loss`, clips the gradient norm and takes one AdamW
-    step. The learning rate rises linearly to ``lr`` over ``warmup_steps`` steps, then decays
-    along a cosine to ``lr / 10`` at the last step. Dropout draws from torch's global
-    generator: seed it (``torch.manual_seed``) for a reproducible run. Leaves the model in
-    train mode.
+    The course's one loop, :func:`~minitransformer.training.train`, with :func:`lm_loss` as
+    its loss: each step takes ``batch_size`` windows of ``seq_len + 1`` tokens at random
+    offsets (drawn with ``generator``), clips the gradient norm and takes one AdamW step. The
+    learning rate rises linearly to ``lr`` over ``warmup_steps`` steps, then decays along a
+    cosine to ``lr / 10`` at the last step. ``eval_fn(model)`` (e.g. a held-out
+    :func:`evaluate_lm`) runs every ``eval_every`` steps and after the last. Dropout draws
+    from torch's global generator: seed it (``torch.manual_seed``) for a reproducible run.
+    Returns the :class:`~minitransformer.training.TrainHistory` (``loss`` per step,
+    ``eval_metric``); leaves the model in train mode.
     """
     module("model", model)
     steps = positive_int("steps", steps)
@@ -217,6 +233,10 @@ def train_lm(
     _check_stream("tokens", tokens, seq_len + 1)
     windows = tokens.unfold(0, seq_len + 1, 1)  # (N - seq_len, seq_len + 1), a view
 
+    def next_batch() -> Tensor:  # (batch_size, seq_len + 1)
+        offsets = torch.randint(0, windows.shape[0], (batch_size,), generator=generator)
+        return windows[offsets.to(tokens.device)]
+
     def schedule(step: int) -> float:  # factor on lr before update step + 1
         if step < warmup_steps:
             return (step + 1) / warmup_steps
@@ -226,18 +246,11 @@ def train_lm(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98),
                                   weight_decay=finite_float("weight_decay", weight_decay, low=0.0))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    history = train(model, next_batch, optimizer, scheduler, loss=lm_loss, num_steps=steps,
+                    clip_grad_norm=clip_grad_norm, eval_fn=eval_fn, eval_every=eval_every,
+                    progress=progress, desc="language model")
     model.train()
-    losses = []
-    for _ in range(steps):
-        offsets = torch.randint(0, windows.shape[0], (batch_size,), generator=generator)
-        loss = lm_loss(model, windows[offsets.to(tokens.device)])  # batch (B, seq_len + 1)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-        optimizer.step()
-        scheduler.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return history
 
 
 # -- generation ---------------------------------------------------------------------------
@@ -254,7 +267,7 @@ def next_token_probs(
     """
     tensor("logits", logits, kind="float", ndim=2, what="(B, V)")
     temperature = finite_float("temperature", temperature, low=0.0, low_open=True)
-    logits = logits.float() / temperature
+    logits = logits.to(_at_least_float32(logits.dtype)) / temperature
     if top_k is not None and positive_int("top_k", top_k) < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -292,9 +305,10 @@ def generate(
     max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
     temperature = finite_float("temperature", temperature, low=0.0)
     B, T0 = prompt.shape
-    if T0 == 0 or T0 + max_new_tokens > model.max_len:
+    max_len = int(model.max_len)  # type: ignore[arg-type]  # a DecoderOnlyTransformer's
+    if T0 == 0 or T0 + max_new_tokens > max_len:
         raise ValueError(f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
-                         f"must fit 1 to max_len={model.max_len} positions")
+                         f"must fit 1 to max_len={max_len} positions")
     if cache is not None and (not use_cache or cache.length):
         raise ValueError(f"cache must be an empty KVCache and use_cache True, got a cache of "
                          f"length {cache.length} and use_cache={use_cache}")
@@ -306,7 +320,7 @@ def generate(
     length = T0
     with torch.inference_mode():  # no autograd bookkeeping: many small steps
         while length < T0 + max_new_tokens:
-            if not use_cache:
+            if cache is None:
                 logits = model(out[:, :length])[:, -1]  # (B, V): the whole sequence again
             else:  # the prompt at the first step, then only the newest token
                 logits = model(out[:, cache.length : length], cache=cache)[:, -1]  # (B, V)
@@ -379,7 +393,7 @@ def pydoc_split() -> tuple[list[str], list[str]]:
     return train, held_out
 
 
-def encode_corpus(tokenizer, texts: Iterable[str]) -> Tensor:
+def encode_corpus(tokenizer: BPETokenizer, texts: Iterable[str]) -> Tensor:
     """One ``(N,)`` long tensor of token ids: each document's ids followed by the tokenizer's
     ``eos_id`` (``<|endoftext|>``), as GPT-2's training data separates documents."""
     if not (callable(getattr(tokenizer, "encode", None)) and hasattr(tokenizer, "eos_id")):

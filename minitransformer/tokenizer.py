@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from minitransformer._checks import as_int, positive_int
 
@@ -55,6 +55,7 @@ __all__ = [
     "BYTE_ORDER",
     "PRETOKENIZE_PATTERN",
     "pretokenize",
+    "merge_pair",
     "BPETokenizer",
 ]
 
@@ -102,8 +103,21 @@ def _utf8(text: str) -> bytes:
                          f"({text[err.start:err.end]!r})") from None
 
 
+def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """One merge step of BPE: ``ids`` with every occurrence of ``pair`` replaced by
+    ``new_id``, scanning left to right, so that of overlapping occurrences the left one merges:
+    ``merge_pair([5, 5, 5], (5, 5), 9) == [9, 5]``. Section "Byte-pair encoding"."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError(f"pair must be a pair of ints (left, right), got {pair!r}")
+    return _merge([as_int(f"ids[{i}]", x) for i, x in enumerate(ids)],
+                  (as_int("pair[0]", pair[0]), as_int("pair[1]", pair[1])),
+                  as_int("new_id", new_id))
+
+
 def _merge(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """``word`` with every occurrence of ``pair`` replaced by ``new_id``, left to right."""
+    """:func:`merge_pair` without the argument checks (the training loop's inner step)."""
     out, i = [], 0
     while i < len(word):
         if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
@@ -183,14 +197,15 @@ class BPETokenizer:
         *,
         special_tokens: Sequence[str] = (PAD, ENDOFTEXT),
         min_frequency: int = 2,
-    ) -> "BPETokenizer":
+    ) -> BPETokenizer:
         """Learn merges from ``text`` (a str, or an iterable of documents) until the
         vocabulary has ``vocab_size`` tokens (specials and the 256 bytes included) or no pair
         occurs ``min_frequency`` times. Section "Training BPE"; the loop is in the module
         docstring."""
+        given: object = text  # checked at run time, whatever the annotation promises
         if isinstance(text, str):
             texts = [text]
-        elif isinstance(text, (bytes, bytearray)) or not hasattr(text, "__iter__"):
+        elif isinstance(given, (bytes, bytearray)) or not hasattr(given, "__iter__"):
             raise TypeError(f"text must be a str or an iterable of str, got {type(text).__name__}")
         else:
             texts = [_check_text(f"text[{i}]", t) for i, t in enumerate(text)]
@@ -212,8 +227,8 @@ class BPETokenizer:
         # 2. Count adjacent pairs, and remember which words contain each pair.
         pair_counts: Counter[tuple[int, int]] = Counter()
         where: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
-        for w, (word, n) in enumerate(zip(words, counts)):
-            for pair in zip(word, word[1:]):
+        for w, (word, n) in enumerate(zip(words, counts, strict=True)):
+            for pair in zip(word, word[1:], strict=False):
                 pair_counts[pair] += n
                 where[pair].add(w)
         # A max-heap of (count, pair), as a min-heap of (-count, pair): the most frequent pair
@@ -237,9 +252,9 @@ class BPETokenizer:
             for w in where.pop(pair):
                 old, new = words[w], _merge(words[w], pair, new_id)
                 words[w] = new
-                for p in zip(old, old[1:]):
+                for p in zip(old, old[1:], strict=False):
                     pair_counts[p] -= counts[w]
-                for p in zip(new, new[1:]):
+                for p in zip(new, new[1:], strict=False):
                     pair_counts[p] += counts[w]
                     if new_id in p:
                         where[p].add(w)
@@ -279,7 +294,8 @@ class BPETokenizer:
             ids = self._bytes_to_ids(chunk.encode("utf-8"))
             while len(ids) > 1:
                 # the earliest-learned adjacent pair (min keeps the leftmost of equal ranks)
-                ranks = [self._rank.get(pair, len(self.merges)) for pair in zip(ids, ids[1:])]
+                pairs = zip(ids, ids[1:], strict=False)
+                ranks = [self._rank.get(pair, len(self.merges)) for pair in pairs]
                 i = min(range(len(ranks)), key=ranks.__getitem__)
                 if ranks[i] == len(self.merges):
                     break  # no learned pair left

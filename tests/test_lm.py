@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from minitransformer.kv_cache import KVCache
@@ -55,7 +56,7 @@ def test_logits_match_a_torch_encoder_stack_with_a_causal_mask(norm_first):
                                    norm_first=norm_first),
         N_LAYERS, norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False).eval()
     model = small_model(norm_first=norm_first)
-    for ours, theirs in zip(model.decoder.layers, reference.layers):
+    for ours, theirs in zip(model.decoder.layers, reference.layers, strict=True):
         copy = EncoderLayer.from_torch(theirs)  # the package's own torch import, tested there
         ours.self_attn.load_state_dict(copy.self_attn.state_dict())
         ours.feed_forward.load_state_dict(copy.feed_forward.state_dict())
@@ -148,18 +149,54 @@ def test_evaluate_lm_predicts_every_token_but_the_first_once(seq_len):
 def test_train_lm_learns_a_periodic_stream_reproducibly():
     stream = torch.arange(600) % 7  # period 7: every token determines the next
 
-    def run(steps):
+    def run(steps, **kwargs):
         model = small_model(seed=3, dropout=0.1)
         torch.manual_seed(3)  # dropout
-        losses = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
-                          warmup_steps=5, generator=torch.Generator().manual_seed(0))
-        return model, losses
+        history = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
+                           warmup_steps=5, generator=torch.Generator().manual_seed(0),
+                           progress=False, **kwargs)
+        return model, history.loss
 
     assert run(8)[1] == run(8)[1]  # same seeds, same losses
     model, losses = run(60)
     assert len(losses) == 60 and losses[0] > 3.0 and losses[-1] < 0.5
     assert model.training
     assert evaluate_lm(model, stream[:100], seq_len=12) < 0.5
+
+
+def test_train_lm_is_the_course_loop_with_the_lm_loss_and_its_evaluations():
+    """train_lm is training.train with lm_loss: the same losses, and eval_fn every eval_every
+    steps and after the last, in eval mode."""
+    stream = torch.arange(300) % 7
+    modes = []
+
+    def held_out(model):
+        modes.append(model.training)
+        return evaluate_lm(model, stream[:50], seq_len=12)
+
+    model = small_model(seed=3)
+    history = train_lm(model, stream, steps=25, seq_len=12, batch_size=4, warmup_steps=5,
+                       generator=torch.Generator().manual_seed(0), eval_fn=held_out,
+                       eval_every=10, progress=False)
+    assert history.eval_steps == [10, 20, 25] and modes == [False] * 3
+    assert history.eval_metric[-1] == evaluate_lm(model, stream[:50], seq_len=12)
+    assert len(history.loss) == len(history.lr) == 25
+    assert history.lr[0] == pytest.approx(1e-3 / 5)  # the first warm-up step
+    assert max(history.lr) == pytest.approx(1e-3) and history.lr[-1] > 1e-4  # cosine to lr / 10
+
+
+def test_a_float64_model_keeps_float64_through_the_loss_and_sampling():
+    """The loss and the sampling distribution follow the model's dtype (float32 for half
+    precision): a float64 model is not rounded to float32 on the way."""
+    model = small_model().double()
+    tokens = random_tokens(2, 9)
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+        manual = F.cross_entropy(logits.reshape(-1, V), tokens[:, 1:].reshape(-1))
+        loss = lm_loss(model, tokens)
+    assert loss.dtype == torch.float64 and torch.equal(loss, manual)
+    assert next_token_probs(logits[:, -1], top_k=5).dtype == torch.float64
+    assert next_token_probs(logits[:, -1].half()).dtype == torch.float32
 
 
 # -- sampling -------------------------------------------------------------------------------
@@ -260,13 +297,14 @@ def test_generation_on_the_test_device(device):
 def test_bigram_counts_and_smoothing():
     stream = torch.tensor([0, 1, 1, 2, 0, 1, 2, 2, 0])
     table = bigram_log_probs(stream, 3, alpha=0.5)
-    pairs = Counter(zip(stream.tolist(), stream[1:].tolist()))
+    pairs = Counter(zip(stream.tolist(), stream[1:].tolist(), strict=False))
     for a in range(3):
         row = sum(n for (x, _), n in pairs.items() if x == a)
         for b in range(3):
             assert math.exp(table[a, b]) == pytest.approx((pairs[(a, b)] + 0.5) / (row + 1.5))
     assert torch.allclose(table.exp().sum(1), torch.ones(3, dtype=torch.float64))
-    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist())) / 8
+    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist(),
+                                                strict=True)) / 8
     assert bigram_loss(table, stream) == pytest.approx(float(expected))
 
 

@@ -330,3 +330,20 @@ def test_bad_merges():
         BPETokenizer([(0, 5)])
     with pytest.raises(ValueError, match="listed twice"):
         BPETokenizer([(5, 6), (5, 6)])
+
+
+def test_merge_pair_is_one_left_to_right_merge_step():
+    """The public merge step (the chapter's exercise checks against it): overlapping
+    occurrences merge from the left, and bad arguments are named."""
+    from minitransformer.tokenizer import merge_pair
+
+    assert merge_pair([5, 5, 5], (5, 5), 9) == [9, 5]
+    assert merge_pair([5, 5, 5, 5], (5, 5), 9) == [9, 9]
+    assert merge_pair(torch.tensor([1, 2, 3, 1, 2]), (1, 2), 7) == [7, 3, 7]
+    assert merge_pair([], (1, 2), 7) == []
+    with pytest.raises(TypeError, match="ids must be a sequence of ints, got str"):
+        merge_pair("abc", (1, 2), 7)
+    with pytest.raises(TypeError, match=r"pair must be a pair of ints \(left, right\), got 3"):
+        merge_pair([1, 2], 3, 7)
+    with pytest.raises(TypeError, match=r"ids\[1\] must be an int"):
+        merge_pair([1, 2.5], (1, 2), 7)

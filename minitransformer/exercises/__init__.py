@@ -74,6 +74,11 @@ from minitransformer.exercises.inference import (
     check_kv_cache_bytes,
     check_online_softmax_step,
 )
+from minitransformer.exercises.lm import (
+    check_bpe_merge,
+    check_lm_loss,
+    check_top_k_probs,
+)
 from minitransformer.exercises.model import (
     check_decoder_mask,
     check_encoder_layer,
@@ -114,5 +119,6 @@ __all__ = [
     "check_rotary_embedding",
     "check_noam_learning_rate", "check_smoothed_targets", "check_teacher_forcing",
     "check_kv_cache_bytes", "check_online_softmax_step", "check_cache_append",
+    "check_bpe_merge", "check_lm_loss", "check_top_k_probs",
     "check_quantize_rows",
 ]
