@@ -232,7 +232,7 @@ def _pattern(hint: str) -> str:
 
 
 def test_the_package_has_every_checker_of_the_book() -> None:
-    assert len(CHECKERS) == 25
+    assert len(CHECKERS) == 26
 
 
 @pytest.mark.parametrize("check", CHECKERS, ids=IDS)

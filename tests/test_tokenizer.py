@@ -3,14 +3,16 @@ same text, against a from-scratch BPE loop that recounts every pair, and on arbi
 
 from __future__ import annotations
 
+import itertools
 import json
 import unicodedata
 from collections import Counter
+from pydoc_data.topics import topics
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-from pydoc_data.topics import topics
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minitransformer.tokenizer import (
     BYTE_ORDER,
@@ -33,7 +35,7 @@ def gpt2_bytes_to_unicode() -> dict[int, str]:
         if b not in bs:
             bs.append(b)
             cs.append(256 + len(cs) - 188)
-    return {b: chr(c) for b, c in zip(bs, cs)}
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
 CHAR_TO_BYTE = {c: b for b, c in gpt2_bytes_to_unicode().items()}
@@ -157,7 +159,7 @@ def naive_bpe(texts, vocab_size, special_tokens=SPECIALS, min_frequency=2):
     while len(vocab) < vocab_size:
         pairs = Counter()
         for word, n in words.items():
-            for pair in zip(word, word[1:]):
+            for pair in itertools.pairwise(word):
                 pairs[pair] += n
         if not pairs:
             break
@@ -279,7 +281,7 @@ def test_an_untrained_tokenizer_encodes_bytes():
     tok = BPETokenizer()
     assert tok.vocab_size == 258
     assert tok.decode(tok.encode("héllo")) == "héllo"
-    assert len(tok.encode("héllo")) == len("héllo".encode("utf-8"))
+    assert len(tok.encode("héllo")) == len("héllo".encode())
     assert BPETokenizer(special_tokens=()).vocab_size == 256
 
 
@@ -322,7 +324,7 @@ def test_bad_encode_and_decode_input(tok):
     with pytest.raises(TypeError, match="ids must be an iterable of ints, got str"):
         tok.decode("abc")
     with pytest.raises(ValueError, match="no <|pad|> token"):
-        BPETokenizer(special_tokens=(ENDOFTEXT,)).pad_id
+        _ = BPETokenizer(special_tokens=(ENDOFTEXT,)).pad_id
 
 
 def test_bad_merges():
