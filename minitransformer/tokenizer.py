@@ -111,9 +111,12 @@ def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[i
         raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise TypeError(f"pair must be a pair of ints (left, right), got {pair!r}")
-    return _merge([as_int(f"ids[{i}]", x) for i, x in enumerate(ids)],
-                  (as_int("pair[0]", pair[0]), as_int("pair[1]", pair[1])),
-                  as_int("new_id", new_id))
+    def token_id(name: str, value: object) -> int:
+        return positive_int(name, value, allow_zero=True)
+
+    return _merge([token_id(f"ids[{i}]", x) for i, x in enumerate(ids)],
+                  (token_id("pair[0]", pair[0]), token_id("pair[1]", pair[1])),
+                  token_id("new_id", new_id))
 
 
 def _merge(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:

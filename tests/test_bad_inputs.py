@@ -780,6 +780,13 @@ SPECS: list[Spec] = [
         {"vocab_size": [lambda kw: 100]},
     ),
     Spec(
+        "tokenizer.merge_pair",
+        tokenizer.merge_pair,
+        lambda: {"ids": [5, 5, 5], "pair": (5, 5), "new_id": 9},
+        {"new_id": "count"},
+        {"ids": [lambda kw: [5, -1]], "pair": [lambda kw: (5, -2)]},
+    ),
+    Spec(
         "BPETokenizer.encode",
         tokenizer.BPETokenizer().encode,
         lambda: {"text": "hi"},
