@@ -287,7 +287,7 @@ class MultiHeadAttention(nn.Module):
                      mask: Tensor | None = None) -> Tensor:
         """:meth:`forward` for one new query row with a cache, in eval mode, without weights:
         ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast cached step
-        (:meth:`~minitransformer.model.Decoder._can_step` says when and why).
+        (``minitransformer.model.Decoder._can_step`` says when and why).
 
         Self-attention (``memory`` None) appends the new key and value to ``cache``;
         cross-attention reads the keys and values of ``memory`` from its filled static cache.

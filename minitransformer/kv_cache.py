@@ -140,7 +140,7 @@ class AttentionCache:
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`update` of a self-attention cache without its checks, for the model's fast
-        cached step (:meth:`minitransformer.model.Decoder._can_step`), whose keys and values
+        cached step (``minitransformer.model.Decoder._can_step``), whose keys and values
         come from the same weights as the earlier steps'. Falls back to :meth:`update` (checks
         included) for the first step, a new batch size, and when the buffers must grow."""
         end = self.length + key.shape[2]

@@ -23,7 +23,7 @@ pass that records them, or set a layer's ``store_weights``. Otherwise attention 
 fused kernel, which never materialises them.
 
 Cached decoding of one token at a time (chapter "Inference") takes a fast path from the second
-step on: :meth:`Decoder._can_step` says when and why, :meth:`DecoderLayer._cached_step` is the
+step on: ``Decoder._can_step`` says when and why, ``DecoderLayer._cached_step`` is the
 same layer written with ``torch.nn.functional`` calls; it gives the same logits, bit for bit.
 """
 
@@ -233,7 +233,7 @@ class DecoderLayer(nn.Module):
                      cache: LayerCache) -> Tensor:
         """:meth:`_forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache, in
         eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
-        over the layer's own parameters (:meth:`Decoder._can_step` says when and why)."""
+        over the layer's own parameters (``Decoder._can_step`` says when and why)."""
         ffn = self.feed_forward
         norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
         if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
@@ -346,7 +346,7 @@ class Decoder(nn.Module):
     ``tgt_mask`` goes to every layer as is (include the causal mask; :meth:`Transformer.decode`
     does). ``final_norm`` as in :class:`Encoder`; ``cross_attention=False`` builds a
     decoder-only stack (``memory=None``). ``fast_step`` (default True) lets a cached step of
-    one token take the fast path (:meth:`_can_step`); False runs the modules, to compare.
+    one token take the fast path (``_can_step``); False runs the modules, to compare.
     """
 
     def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
@@ -365,7 +365,7 @@ class Decoder(nn.Module):
     def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
         """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer.
-        A cached step of one token takes the fast path of :meth:`_can_step`."""
+        A cached step of one token takes the fast path of ``_can_step``."""
         layers = cast(Sequence[DecoderLayer], self.layers)  # (a ModuleList, typed for mypy)
         layer_caches: Sequence[LayerCache | None]
         if cache is None:

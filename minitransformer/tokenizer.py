@@ -61,7 +61,7 @@ __all__ = [
 
 #: The padding token's string (id 0 with the default special tokens).
 PAD = "<|pad|>"
-#: GPT-2's end-of-text token: separates documents, and ends a generated text.
+#: GPT-2's end-of-text token, which separates documents and ends a generated text.
 ENDOFTEXT = "<|endoftext|>"
 
 # GPT-2 stores tokens as printable strings: it maps each byte to a printable character, the 188
@@ -71,7 +71,7 @@ ENDOFTEXT = "<|endoftext|>"
 # ids agree with theirs: it also decides which of two equally frequent pairs is merged first.
 _PRINTABLE = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
               *range(ord("®"), ord("ÿ") + 1)]
-#: The 256 byte values in vocabulary order: the printable ones, then the others.
+#: The 256 byte values in vocabulary order (the printable ones, then the others).
 BYTE_ORDER: tuple[int, ...] = tuple(_PRINTABLE + [b for b in range(256) if b not in _PRINTABLE])
 
 #: GPT-2's pre-tokenisation pattern, with ``[^\W\d_]`` for letters (module docstring):
@@ -269,7 +269,7 @@ class BPETokenizer:
     # -- encoding and decoding ------------------------------------------------------------
     @property
     def vocab_size(self) -> int:
-        """The number of tokens: specials, 256 bytes and one per distinct merged token."""
+        """How many tokens there are (specials, 256 bytes and one per distinct merged token)."""
         return len(self.vocab)
 
     def _special_id(self, token: str) -> int:
