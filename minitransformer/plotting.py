@@ -3,7 +3,8 @@
 Chapters call :func:`use_style` once at the top (the only function that changes matplotlib's
 global settings), make a figure with :func:`figure`, draw with the helpers below and show it
 with :func:`show`. Each helper draws on an ``Axes`` it is given and
-returns what it drew, so chapters make no matplotlib calls of their own. Figures stay at most
+returns what it drew, so chapters make no matplotlib calls of their own. Data arguments
+(``Numbers``) take a list, a NumPy array or a tensor. Figures stay at most
 :data:`MAX_WIDTH` inches wide: the book's text column is about 730 px, so a wider figure is
 scaled down and its 10-point labels fall below 9 px.
 """
