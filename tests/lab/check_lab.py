@@ -522,9 +522,10 @@ class Lab:
     def __init__(self, book: Path, timeout: float) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="check-lab-"))
         self.root = self.tmp / "book"
-        shutil.copytree(
-            book, self.root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
-        )
+        skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        shutil.copytree(book, self.root, ignore=skip)
+        # scripts/ beside it, as in the checkout: the ablations chapter imports its study script.
+        shutil.copytree(book.parent / "scripts", self.tmp / "scripts", ignore=skip)
         self.port, self.token, self.timeout = free_port(), secrets.token_hex(16), timeout
         self.origin = f"http://127.0.0.1:{self.port}"
         settings = self.tmp / "settings"
