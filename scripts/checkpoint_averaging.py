@@ -5,7 +5,7 @@ The paper decodes with the average of the weights of the last 5 checkpoints (bas
 for big). This study trains the chapter's model (the task, model and recipe of
 ``scripts/recipe_study.py``) for several seeds under two learning-rate schedules:
 
-* ``noam``: the paper's schedule, warm-up 40 and scale 0.5, never decaying to zero;
+* ``noam``: the paper's schedule, warm-up 40 and scale 0.4, never decaying to zero;
 * ``decay``: the chapter's recipe, the same schedule times a linear decay to zero over the
   last 360 updates.
 

@@ -34,7 +34,7 @@ D_MODEL, HEADS, LAYERS, D_FF, DROPOUT = 64, 4, 1, 128, 0.0
 HELD_OUT_SEED, HELD_OUT_SIZE = 12345, 1000
 # The recipe: the paper's schedule with a short, scaled warm-up, times a linear decay to
 # (almost) zero over every update after the warm-up.
-BATCH, STEPS, WARMUP, SCALE, CLIP, SMOOTHING = 128, 400, 40, 0.5, 1.0, 0.1
+BATCH, STEPS, WARMUP, SCALE, CLIP, SMOOTHING = 128, 400, 40, 0.4, 1.0, 0.1
 N_BEAM = 200  # beam search (beam 4) against greedy decoding on the first 200 held-out inputs
 OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}
 TARGET = 0.99

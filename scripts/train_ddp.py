@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)
         model = Transformer(VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128,
                             dropout=0.0, max_len=args.max_len + 2)
-        optimizer, scheduler = make_optimizer(model, warmup_steps=40, scale=0.5,
+        optimizer, scheduler = make_optimizer(model, warmup_steps=40, scale=0.4,
                                               total_steps=args.steps,
                                               decay_steps=max(args.steps - 40, 0))
         history = train(
