@@ -1,6 +1,4 @@
-"""Checkers for the chapter "From the paper to a language model" (``book/lm``): one merge step
-of byte-pair encoding, the shifted next-token loss of a causal language model, and the
-sampling distribution after temperature and top-k."""
+"""Checkers for the chapter "From the paper to a language model" (``book/lm``)."""
 
 from __future__ import annotations
 
@@ -78,9 +76,8 @@ _MERGE_MISTAKES = [
          otherwise="Scan left to right; where ids[i], ids[i + 1] equal the pair, write new_id "
                    "and skip both, else copy ids[i]")
 def check_bpe_merge() -> list[Case]:
-    """Check ``fn(ids, pair, new_id) -> list[int]``, ``ids`` with every occurrence of ``pair``
-    replaced by ``new_id`` left to right, against
-    :func:`~minitransformer.tokenizer.merge_pair`."""
+    """Check ``fn(ids, pair, new_id) -> list[int]``, every ``pair`` replaced by ``new_id`` left to
+    right, against :func:`~minitransformer.tokenizer.merge_pair`."""
     return [
         Case("for two occurrences", ids=[3, 4, 5, 3, 4], pair=(3, 4), new_id=9),
         Case("for a pair that overlaps itself", ids=[5, 5, 5], pair=(5, 5), new_id=9),
@@ -151,9 +148,8 @@ _LOSS_MISTAKES = [
          otherwise="It should be the mean cross-entropy (natural log) of model(tokens[:, :-1]) "
                    "against tokens[:, 1:], over the targets that are not pad_id")
 def check_lm_loss(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(model, tokens, pad_id)``, the mean next-token cross-entropy of ``tokens``
-    ``(B, T + 1)`` (right-padded with ``pad_id``) under a causal ``model`` (``(B, T)`` ids to
-    ``(B, T, V)`` logits), against :func:`~minitransformer.lm.lm_loss`."""
+    """Check ``fn(model, tokens, pad_id)``, the mean next-token loss of ``tokens`` ``(B, T + 1)``
+    (right-padded with ``pad_id``), against :func:`~minitransformer.lm.lm_loss`."""
     model = seeded(0, lambda: DecoderOnlyTransformer(12, d_model=16, num_heads=2, num_layers=1,
                                                       d_ff=32, max_len=16, dropout=0.0).eval())
     padded = torch.randint(1, 12, (3, 9), generator=gen)  # ids 1..11: 0 is the padding
@@ -216,8 +212,7 @@ _TOP_K_MISTAKES = [
          otherwise="They should be softmax(logits / temperature) over the k largest logits of "
                    "each row, 0 elsewhere")
 def check_top_k_probs(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(logits, temperature, k) -> probs``, both ``(B, V)``: the distribution a
-    sampler draws the next token from, against
+    """Check ``fn(logits, temperature, k) -> probs``, both ``(B, V)``, against
     :func:`~minitransformer.lm.next_token_probs`."""
     logits = torch.randn(2, 8, generator=gen) * 2  # no ties: the top k is unique
     return [Case("for temperature 0.5 and k = 3", logits=logits, temperature=0.5, k=3),
