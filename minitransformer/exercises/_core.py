@@ -147,12 +147,11 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
         return build()
 
 
-_IN_PLACE = (
-    "your function changed its argument `{}` in place (with `/=`, `+=`, an indexed assignment or a "
-    "method ending in `_` such as `masked_fill_`): the caller's data changes too, so the next call "
-    "with it gets another answer. Leave the inputs alone and compute new tensors (`x = x / c` "
-    "rather than `x /= c`, `masked_fill` rather than `masked_fill_`)."
-)
+_IN_PLACE = ("your function changed its argument `{}` in place (with `/=`, `+=`, an indexed "
+             "assignment or a method ending in `_` such as `masked_fill_`): the caller's data "
+             "changes too, so the next call with it gets another answer. Leave the inputs alone "
+             "and compute new tensors (`x = x / c` rather than `x /= c`, `masked_fill` rather "
+             "than `masked_fill_`).")
 
 
 @dataclass

@@ -25,11 +25,6 @@ def _merge_advancing_by_one(ids: list[int], pair: tuple[int, int], new_id: int) 
     return out
 
 
-def _merge_right_to_left(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    flipped = merge_pair(list(reversed(ids)), (pair[1], pair[0]), new_id)
-    return list(reversed(flipped))
-
-
 def _merge_first_only(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
@@ -54,16 +49,14 @@ _MERGE_MISTAKES = [
          "return a new list of ints (the merged ids), got {got_type}"),
     like(_merge_advancing_by_one,
          "after a merge your scan moves on by one token, so the pair's right token is kept or "
-         "merged a second time with the next one (in [5, 5, 5] the pair (5, 5) overlaps "
-         "itself). Skip both tokens of a merged pair: advance by two after a merge, by one "
-         "otherwise"),
-    like(_merge_right_to_left,
+         "merged a second time with the next one (in [5, 5, 5] the pair (5, 5) overlaps itself). "
+         "Skip both tokens of a merged pair: advance by two after a merge, by one otherwise"),
+    like(lambda ids, pair, new_id: merge_pair(ids[::-1], pair[::-1], new_id)[::-1],
          "you merge from the right: of two overlapping occurrences ([5, 5, 5] with the pair "
          "(5, 5)) the left one must merge, [9, 5], as the tokenizer's encoder and the training "
          "loop both scan left to right"),
     like(_merge_first_only,
-         "you merge only the first occurrence; a merge step replaces every occurrence of the "
-         "pair"),
+         "you merge only the first occurrence; a merge step replaces every occurrence of the pair"),
     like(_merge_either_order,
          "you also merge the pair in the other order (right, left); a pair is ordered: only "
          "left followed by right merges"),
@@ -184,9 +177,8 @@ _TOP_K_MISTAKES = [
          "you keep k - 1 tokens per row: the k-th largest logit must stay (filter the logits "
          "strictly below it)"),
     like(lambda logits, temperature, k: _probs(logits, 1.0, k),
-         "the temperature has no effect in your answer: divide the logits by it before the "
-         "softmax (dividing or rescaling the probabilities afterwards is undone by "
-         "renormalising)"),
+         "the temperature has no effect in your answer: divide the logits by it before the softmax "
+         "(dividing or rescaling the probabilities afterwards is undone by renormalising)"),
     like(lambda logits, temperature, k: _probs(logits, 1.0, k) / temperature,
          "you divide the probabilities by the temperature, after the softmax; divide the "
          "logits, before it"),
@@ -195,9 +187,8 @@ _TOP_K_MISTAKES = [
          "below 1 sharpens the distribution and one above 1 flattens it"),
     like(lambda logits, temperature, k: torch.softmax(logits / temperature, -1).masked_fill(
         logits < _kth(logits, k), 0.0),
-         "your rows sum to less than 1: after dropping the tokens outside the top k, "
-         "renormalise the k kept probabilities (or fill the dropped logits with -inf before "
-         "the softmax)"),
+         "your rows sum to less than 1: after dropping the tokens outside the top k, renormalise "
+         "the k kept probabilities (or fill the dropped logits with -inf before the softmax)"),
     like(lambda logits, temperature, k: torch.softmax(
         (logits / temperature).masked_fill(logits < _kth(logits, k), 0.0), -1),
          "the tokens outside the top k still get some probability: fill their logits with -inf, "

@@ -16,10 +16,6 @@ __all__ = ["check_decoder_mask", "check_encoder_layer", "check_layer_parameters"
            "check_next_token"]
 
 
-def _full(mask: Tensor, lengths: Tensor, T: int) -> Tensor:
-    return mask.expand(len(lengths), 1, T, T)
-
-
 _DECODER_MASK_MISTAKES = [
     when(lambda got: got.dtype != torch.bool,
          "the mask has dtype {got.dtype}; it must be boolean (True = may attend). Compare with `<` "
@@ -36,14 +32,14 @@ _DECODER_MASK_MISTAKES = [
     when(lambda got, want: torch.equal(got, ~want),
          "your mask is inverted: True must mean *may attend* (PyTorch's nn.Transformer uses True = "
          "blocked; this course does not)"),
-    like(lambda lengths, T: _full(causal_mask(T), lengths, T),
+    like(lambda lengths, T: causal_mask(T).expand(len(lengths), 1, T, T),
          "your mask is only causal: sequence 1 has 3 real tokens, so keys 3 and 4 are padding and "
          "must be hidden too. AND it with the padding mask"),
-    like(lambda lengths, T: _full(padding_mask(lengths, T), lengths, T),
+    like(lambda lengths, T: padding_mask(lengths, T).expand(-1, 1, T, T),
          "your mask only hides padding: position t can still see later tokens t+1, t+2, ... AND it "
          "with the lower-triangular causal mask"),
     like([lambda lengths, T: causal_mask(T).T & padding_mask(lengths, T),
-          lambda lengths, T: _full(causal_mask(T).T, lengths, T)],
+          lambda lengths, T: causal_mask(T).T.expand(len(lengths), 1, T, T)],
          "your causal part is upper-triangular (the transpose): row t is the query, column s the "
          "key, and t may see s only when s <= t. Use .tril(), not .triu()"),
     like(lambda lengths, T: causal_mask(T) | padding_mask(lengths, T),
@@ -65,24 +61,21 @@ def check_decoder_mask() -> list[Case]:
 # -- one encoder layer from its parts: the wrong assemblies are made of the layer's own parts
 
 
-def _attend(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
-    return layer.self_attn(x, x, x, src_mask)[0]  # (B, S, d_model); [1] is the weights
-
-
 def _post_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None, *,
              norms: tuple[int, int] = (1, 2), residual: tuple[bool, bool] = (True, True),
              ffn_reads_x: bool = False) -> Tensor:
     """Post-LN, or a variant: ``norms`` the LayerNorms used (0 = none), ``residual`` which
     sub-layers keep their residual addition, ``ffn_reads_x`` the FFN fed the layer's input."""
     norm: dict[int, Callable[[Tensor], Tensor]] = {0: lambda z: z, 1: layer.norm1, 2: layer.norm2}
-    attended = _attend(layer, x, src_mask)
+    attended = layer.self_attn(x, x, x, src_mask)[0]  # (B, S, d_model); [1] is the weights
     h = norm[norms[0]](x + attended if residual[0] else attended)
     transformed = layer.feed_forward(x if ffn_reads_x else h)
     return norm[norms[1]](h + transformed if residual[1] else transformed)
 
 
 def _pre_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
-    h = x + _attend(layer, layer.norm1(x), src_mask)
+    normed = layer.norm1(x)
+    h = x + layer.self_attn(normed, normed, normed, src_mask)[0]
     return h + layer.feed_forward(layer.norm2(h))
 
 
@@ -95,10 +88,9 @@ def _twice(fn: Callable[..., Tensor], layer: EncoderLayer, x: Tensor,
 
 _ENCODER_LAYER_MISTAKES = [
     when(lambda got: not close(got[0], got[1]),
-         "two calls on the same input gave different outputs: dropout is still on. The layer is "
-         "in eval mode, where its dropout1 and dropout2 do nothing, so leave dropout out "
-         "(F.dropout drops even in eval mode unless you pass training=False; do not call "
-         "layer.train())"),
+         "two calls on the same input gave different outputs: dropout is still on. The layer is in "
+         "eval mode, where its dropout1 and dropout2 do nothing, so leave dropout out (F.dropout "
+         "drops even in eval mode unless you pass training=False; do not call layer.train())"),
     like(_pre_ln,
          "you normalised *before* each sub-layer, x + Sublayer(LayerNorm(x)): that is pre-LN "
          "(norm_first=True). The paper's layer is post-LN: LayerNorm(x + Sublayer(x)), the "
