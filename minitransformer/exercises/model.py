@@ -58,7 +58,7 @@ def check_decoder_mask() -> list[Case]:
     return [Case(lengths=torch.tensor([5, 3, 1]), T=5)]
 
 
-# -- one encoder layer from its parts: the wrong assemblies are made of the layer's own parts
+# -- an encoder layer from its parts (section "The sub-layer recipe"); wrong ones use them too
 
 
 def _post_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None, *,
