@@ -1,55 +1,27 @@
-"""Checkers for the book's exercises, and the engine they are declared on.
+"""Checkers for the book's exercises (the intro, "How the exercises work"), and their engine.
 
-Every exercise has a stub cell (``raise NotImplementedError``), a checker cell
-``check_xxx(your_function)`` and a collapsed solution (the intro page, "How the exercises
-work"). A checker prints ``Not attempted yet`` for the untouched stub, raises
-:class:`ExerciseError` with a hint that names the likely mistake, then the fix, for a wrong
-answer, and prints ``Correct`` for a right one. A notebook needs only
-``from minitransformer.exercises import check_xxx``.
+``check_xxx(fn)`` prints ``Not attempted yet`` for the untouched stub and ``Correct`` for a right
+answer; for a wrong one it raises :class:`ExerciseError`, whose hint names the likely mistake,
+then the fix. A checker is declared, not programmed (``CONTRIBUTING.md``, "Exercises")::
 
-**Declaring a checker.** A checker is data: its cases, a reference and a table of known
-mistakes, in the module of its chapter (``attention.py`` for ``book/attention``)::
-
-    _MISTAKES = [
-    like(lambda size: torch.ones(size, size, dtype=torch.bool).tril(-1),
-             "your mask leaves out the diagonal: position t may attend to itself, ..."),
-    when(lambda got, want: got.shape == want.shape and got.dtype != torch.bool,
-             "your mask has dtype {got.dtype}; return a boolean tensor (dtype=torch.bool)"),
+    _MISTAKES = [  # most specific first; the hints are shortened here
+        like(lambda size: torch.ones(size, size, dtype=torch.bool).tril(-1),
+             "your mask leaves out the diagonal: position t may attend to itself"),
+        when(lambda got: got.dtype != torch.bool, "your mask has dtype {got.dtype}; return bools"),
     ]
 
     @checker("causal mask", reference=causal_mask, mistakes=_MISTAKES,
              returns="causal_mask({size})")
-    def check_causal_mask():
+    def check_causal_mask() -> list[Case]:
         \"\"\"Check ``fn(size) -> (size, size)`` boolean mask, True on and below the diagonal.\"\"\"
-    return [Case(size=5), Case(size=1), Case(size=8)]
+        return [Case(size=5), Case(size=1), Case(size=8)]
 
-* the decorated function returns the :class:`Case` list; it may take a seeded
-  ``torch.Generator`` for random inputs (never the global generator; a module that draws its
-  initial weights from it is built with :func:`seeded`). ``Case("with a mask", query=q, ...)``
-  passes its inputs in the order given; its text ``where`` ends up in the hints;
-* the **reference** has the learner's signature: the package's function, called by keyword
-  where the package's API makes an argument keyword-only, or a formula;
-* the **mistakes**, most specific first: :func:`like` (a wrong implementation, or a list of
-  them, run on the same inputs), :func:`when` (a predicate on the answer), :func:`raises` (the
-  learner's code crashed with that exception). Hints are format strings over ``got``, ``want``,
-  ``got_type``, ``where`` and the inputs by name, or functions of those fields; predicates take
-  any of the fields by name. A predicate that raises does not hold, and :func:`close` raises for
-  different shapes, so ``not close(...)`` never fires on an answer of the wrong shape;
-* when no mistake matches, the hint describes the difference (type, shape, dtype, which entries
-  and by how much), followed by the case's ``otherwise`` (or the checker's). A case's ``hint``
-  replaces the mistakes: use it for a case that only checks that nothing is hard-wired.
-
-Options of :func:`checker` cover the rest: ``returns`` names the result (a tuple of names for a
-tuple); ``observe(fn, **inputs)`` calls any implementation and returns what is compared (to fold
-a step over blocks, or to read a buffer the function writes); ``may_modify`` names the inputs
-the function is meant to write into; ``compare``, ``atol`` and ``rtol`` say what counts as equal.
-
-**What the engine guarantees.** The learner's function gets deep copies of the inputs and the
-reference other copies; an input changed in place is rejected with a hint that names it, even
-when the result is right (the caller's data would change too, see ``_core``); the learner's code
-runs under ``torch.no_grad()``; the global random state of torch, ``random`` and NumPy is put
-back as it was. ``tests/test_exercises_engine.py`` checks every checker for it: its reference
-passes, a stub is not attempted, each ``like`` row is reported with its own hint.
+The function returns the :class:`Case` list (from a seeded ``torch.Generator`` if it takes one);
+the reference has the learner's signature; :func:`like` (a wrong implementation), :func:`when` (a
+predicate on the answer) and :func:`raises` (an exception) are the mistakes, with hints that are
+format strings over ``got``, ``want``, ``got_type``, ``where`` and the inputs. The engine gives
+the learner copies, rejects an input changed in place, runs under ``torch.no_grad()`` and leaves
+the global random state as it was (``tests/test_exercises_engine.py`` checks every checker).
 """
 
 from minitransformer.exercises._core import (

@@ -1,14 +1,8 @@
 """The engine that runs every checker; how to declare one is in the package docstring.
 
-For each case the learner's function gets deep **copies** of the inputs and the reference other
-copies, so an answer that changes its inputs cannot corrupt the reference. **An input changed
-in place is rejected**, even when the result is right, with a hint that names it: the caller's
-tensor would change too, so the next call (the next layer, head or cell) would see other
-numbers, and autograd refuses in-place changes of tensors it saved; only the inputs in
-``may_modify`` may change (a cache the function must write). A checker runs the learner's code
-under ``torch.no_grad()`` and puts the global generators of torch, ``random`` and NumPy back as
-it found them.
-"""
+The learner's function and the reference get their own deep copies of the inputs. An input the
+learner changes in place is rejected even when the result is right: the caller's tensor would
+change too, so the next call would see other numbers (only ``may_modify`` inputs may change)."""
 
 from __future__ import annotations
 
@@ -33,8 +27,8 @@ class ExerciseError(AssertionError):
     """A wrong answer; the message names the likely mistake first, then the fix."""
 
     def _render_traceback_(self) -> list[str]:
-        """How IPython shows it: one sentence per line, which wraps well in a narrow box; when
-        the learner's code crashed, its traceback first (without the engine's frames)."""
+        """For IPython: one sentence per line, after the learner's traceback if their code crashed
+        (without the engine's frames)."""
         lines, cause = [], self.__cause__
         if cause is not None:
             tb = cause.__traceback__
@@ -51,10 +45,9 @@ class NotAttempted(Exception):
 
 
 class Case:
-    """One call of the learner's function: ``where`` says it in words ("on 4-D inputs with a
-    mask"); ``inputs`` are passed in the order given. For a wrong answer, ``otherwise`` follows
-    a difference that no known mistake explains; ``hint`` follows *any* difference, the
-    mistakes unasked (for a case that only checks that nothing is hard-wired)."""
+    """One call of the learner's function, ``inputs`` in the order given; ``where`` says it in
+    words. ``otherwise`` follows a difference no mistake explains; ``hint`` follows any
+    difference, the mistakes unasked (for a case that only checks that nothing is hard-wired)."""
 
     def __init__(self, where: str = "", /, *, otherwise: str | None = None, hint: str | None = None,
                  **inputs: object) -> None:
@@ -63,12 +56,9 @@ class Case:
 
 @dataclass(frozen=True)
 class Mistake:
-    """A row of a mistakes table, made by :func:`like`, :func:`when` or :func:`raises`.
-
-    ``hint`` is a format string over the fields ``got``, ``want``, ``got_type``, ``where`` and
-    the inputs by name (a ``torch.Size`` prints as a tuple), or a function that takes some of
-    those fields by name and returns the text.
-    """
+    """A row of a mistakes table (:func:`like`, :func:`when`, :func:`raises`). ``hint`` is a format
+    string over ``got``, ``want``, ``got_type``, ``where`` and the inputs (a ``torch.Size`` prints
+    as a tuple), or a function of those fields by name."""
 
     hint: str | Callable[..., str]
     wrong: tuple[Callable[..., Any], ...] = ()
@@ -78,14 +68,14 @@ class Mistake:
 
 def like(wrong: Callable[..., Any] | Sequence[Callable[..., Any]],
          hint: str | Callable[..., str]) -> Mistake:
-    """The answer equals that of ``wrong``, a wrong implementation with the learner's signature
-    (or any of a list of them). Skipped on a case where it crashes or gives the right answer."""
+    """The answer equals that of ``wrong`` (or of any in a list), a wrong implementation with the
+    learner's signature; skipped on a case where it crashes or gives the right answer."""
     return Mistake(hint, wrong=(wrong,) if callable(wrong) else tuple(wrong))
 
 
 def when(predicate: Callable[..., Any], hint: str | Callable[..., str]) -> Mistake:
-    """``predicate`` holds; it takes any hint fields by name and is asked only about a wrong
-    answer. If it raises (``got[1]`` of an answer that is no pair), it does not hold."""
+    """``predicate``, of any hint fields by name, holds for a wrong answer; one that raises does
+    not hold."""
     return Mistake(hint, when=predicate)
 
 
@@ -99,32 +89,27 @@ def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mist
             observe: Callable[..., Any] | None = None, may_modify: Sequence[str] = (),
             compare: Callable[[Any, Any], bool] | None = None, atol: float = 1e-5,
             rtol: float = 1e-4) -> Callable[[Callable[..., Sequence[Case]]], Callable[..., None]]:
-    """Turn the function that builds the cases into the checker ``check_xxx(fn)``.
-
-    The decorated function takes a seeded ``torch.Generator`` (or nothing) and returns the
-    :class:`Case` list; its name and docstring become the checker's. The checker prints
-    ``Correct: <name>.`` or ``Not attempted yet: <name>. ...`` and returns ``None``; for a wrong
-    answer it raises :class:`ExerciseError` with the hint of the first mistake that matches.
+    """Turn the function that returns the :class:`Case` list (of a seeded ``torch.Generator``, or
+    of nothing) into the checker ``check_xxx(fn)``, with its name and docstring. The checker
+    prints ``Correct: <name>.`` or ``Not attempted yet: <name>. ...``; for a wrong answer it raises
+    :class:`ExerciseError` with the hint of the first mistake that matches.
 
     Args:
         name: what the exercise builds, for the verdict line.
         reference: the right answer, with the learner's signature.
         mistakes: the known mistakes, most specific first.
-        returns: what the result is called (one name per element of a tuple), format strings
-            over the inputs such as ``"causal_mask({size})"``; the case's ``where`` follows.
+        returns: what the result is called (a tuple of names for a tuple), format strings over
+            the inputs such as ``"causal_mask({size})"``; the case's ``where`` follows.
         otherwise: the default of the cases' ``otherwise``.
-        observe: ``observe(fn, **inputs)`` runs any implementation (the learner's, the
-            reference, a mistake) and returns what is compared; by default ``fn(*inputs)``.
+        observe: ``observe(fn, **inputs)`` runs any implementation and returns what is compared;
+            by default ``fn(*inputs)``.
         may_modify: the inputs the function is meant to write into.
         compare: ``compare(got, want) -> bool``; by default floating tensors within
-            ``atol + rtol * |want|``, integer and boolean tensors equal (dtype included), ints
-            equal, and tuples, lists and dicts element by element.
+            ``atol + rtol * |want|``, other tensors and ints equal, containers element-wise.
     """
     def decorate(build: Callable[..., Sequence[Case]]) -> Callable[..., None]:
-        same = (lambda got, want: _holds(compare, dict(got=got, want=want))) if compare else (
-            lambda got, want: _same(got, want, atol, rtol))
         spec = _Spec(build, reference, tuple(mistakes), returns, otherwise, observe,
-                     frozenset(may_modify), same, atol, rtol)
+                     frozenset(may_modify), compare, atol, rtol)
 
         def check(fn: Callable[..., Any]) -> None:
             try:
@@ -139,9 +124,8 @@ def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mist
 
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
             setattr(check, attr, getattr(build, attr))
-        signature = inspect.Signature([inspect.Parameter("fn", _POSITIONAL)])
-        for attr, value in (("__signature__", signature), ("name", name), ("spec", spec)):
-            setattr(check, attr, value)  # name and spec: for the tests
+        param = inspect.Parameter("fn", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        vars(check).update(__signature__=inspect.Signature([param]), name=name, spec=spec)
         return check
 
     return decorate
@@ -163,13 +147,11 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
         return build()
 
 
-_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
-_IN_PLACE = (
-    "your function changed its argument `{}` in place (with `/=`, `+=`, an indexed assignment or a "
-    "method ending in `_` such as `masked_fill_`): the caller's data changes too, so the next call "
-    "with it gets another answer. Leave the inputs alone and compute new tensors (`x = x / c` "
-    "rather than `x /= c`, `masked_fill` rather than `masked_fill_`)."
-)
+_IN_PLACE = ("your function changed its argument `{}` in place (with `/=`, `+=`, an indexed "
+             "assignment or a method ending in `_` such as `masked_fill_`): the caller's data "
+             "changes too, so the next call with it gets another answer. Leave the inputs alone "
+             "and compute new tensors (`x = x / c` rather than `x /= c`, `masked_fill` rather "
+             "than `masked_fill_`).")
 
 
 @dataclass
@@ -181,9 +163,14 @@ class _Spec:
     otherwise: str | None
     observe: Callable[..., Any] | None
     may_modify: frozenset[str]
-    same: Callable[[Any, Any], bool]
+    compare: Callable[[Any, Any], bool] | None
     atol: float
     rtol: float
+
+    def same(self, got: Any, want: Any) -> bool:
+        if self.compare:
+            return _call_with(self.compare, {"got": got, "want": want}, predicate=True)
+        return _same(got, want, self.atol, self.rtol)
 
     def cases(self) -> Sequence[Case]:
         if inspect.signature(self.build).parameters:
@@ -228,7 +215,7 @@ class _Spec:
         """The hint of the first mistake that explains ``got``, else what differs."""
         fields = _fields(case, got, want)
         for m in () if case.hint else self.mistakes:
-            if m.when is not None and _holds(m.when, fields) or any(
+            if m.when is not None and _call_with(m.when, fields, predicate=True) or any(
                     self._shows(wrong, got, want, case) for wrong in m.wrong):
                 return _format(m.hint, fields)
         names = self.returns if isinstance(self.returns, str) else list(self.returns)
@@ -261,27 +248,20 @@ def _fields(case: Case, got: Any = None, want: Any = None) -> dict[str, Any]:
             "got_type": type(got).__name__}
 
 
-class _FieldError(TypeError):
-    """A predicate or hint asks for a field that does not exist: a bug in the checker."""
-
-
-def _holds(predicate: Callable[..., Any], fields: Mapping[str, Any]) -> bool:
-    try:
-        return bool(_call_with(predicate, fields))
-    except _FieldError:
-        raise
-    except Exception:
-        return False
-
-
-def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any]) -> Any:
-    """Call ``fn`` with the fields its parameters name; one it names that does not exist is a
-    bug in the checker, so that fails loudly (through :func:`_holds` too)."""
+def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any], predicate: bool = False) -> Any:
+    """Call ``fn`` with the fields its parameters name; one that does not exist is a bug in the
+    checker and fails loudly. A ``predicate`` that raises does not hold (``got[1]`` of an answer
+    that is no pair)."""
     params = inspect.signature(fn).parameters.values()
-    missing = [p.name for p in params if p.name not in fields and p.default is p.empty]
-    if missing:
-        raise _FieldError(f"{fn} asks for {missing}; the fields are {sorted(fields)}")
-    return fn(**{p.name: fields[p.name] for p in params if p.name in fields})
+    if missing := [p.name for p in params if p.name not in fields and p.default is p.empty]:
+        raise TypeError(f"{fn} asks for {missing}; the fields are {sorted(fields)}")
+    try:
+        answer = fn(**{p.name: fields[p.name] for p in params if p.name in fields})
+        return bool(answer) if predicate else answer
+    except Exception:
+        if predicate:
+            return False
+        raise
 
 
 class _Formatter(string.Formatter):
@@ -313,30 +293,6 @@ def _numbers_like(got: Any, want: Any) -> Any:
     if isinstance(want, (tuple, list)) and isinstance(got, (tuple, list)) and len(got) == len(want):
         return type(got)(_numbers_like(g, w) for g, w in zip(got, want, strict=True))
     return got
-
-
-def _same_kind(a: torch.dtype, b: torch.dtype) -> bool:
-    return a == b or (a.is_floating_point and b.is_floating_point)
-
-
-def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
-    if isinstance(want, Tensor):
-        if not (isinstance(got, Tensor) and got.shape == want.shape
-                and _same_kind(got.dtype, want.dtype)):
-            return False
-        if want.is_floating_point():
-            return close(got, want, atol, rtol)
-        return bool(torch.equal(got, want))
-    if isinstance(want, (tuple, list)):
-        return (isinstance(got, (tuple, list)) and len(got) == len(want)
-                and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True)))
-    if isinstance(want, Mapping):
-        return isinstance(got, Mapping) and all(k in got and _same(got[k], w, atol, rtol)
-                                                for k, w in want.items())
-    if _is_number(want):
-        return _is_number(got) and (got == want if isinstance(want, numbers.Integral)
-                                    else abs(got - want) <= atol + rtol * abs(want))
-    return bool(got == want)
 
 
 def _unchanged(now: Any, before: Any) -> bool:
@@ -373,48 +329,65 @@ def _show(x: Any) -> str:
 
 def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: float,
               rtol: float) -> str:
-    """What differs between ``got`` and ``want``, in words: type, shape, dtype or entries."""
-    if isinstance(names, list):  # a tuple of results, one name each
-        if not isinstance(got, (tuple, list)) or len(got) != len(names):
-            what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
-            count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
-            return f"your function should return {count} ({', '.join(names)}), got {what}"
-        parts = [(g, w, n) for g, w, n in zip(got, want, names, strict=True)
-                 if not _same(g, w, atol, rtol)]
-        if not parts:  # only the checker's own compare tells them apart
-            return f"your answer differs from the right one {where}".strip()
-        return _describe(*parts[0], where, atol, rtol)
-    label = f"{names} {where}".strip()
+    """What differs between ``got`` and ``want`` (a tuple of results if ``names`` is a list)."""
+    if isinstance(names, str):
+        names, got, want = [names], [got], [want]
+    elif not isinstance(got, (tuple, list)) or len(got) != len(names):
+        what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
+        count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
+        return f"your function should return {count} ({', '.join(names)}), got {what}"
+    texts = (_difference(g, w, f"{n} {where}".strip(), atol, rtol)
+             for g, w, n in zip(got, want, names, strict=True))
+    # none when only the checker's own compare tells them apart
+    return next((t for t in texts if t), f"your answer differs from the right one {where}".strip())
+
+
+def _difference(got: Any, want: Any, label: str, atol: float, rtol: float) -> str | None:
+    """What differs between ``got`` and ``want``, in words, or None if :func:`_same`."""
     if isinstance(want, Tensor):
         if not isinstance(got, Tensor):
             return f"{label} should be a torch.Tensor, got {type(got).__name__}"
         if got.shape != want.shape:
             return f"{label} has shape {tuple(got.shape)}, expected {tuple(want.shape)}"
-        if not _same_kind(got.dtype, want.dtype):
+        if got.dtype != want.dtype and not (got.is_floating_point() and want.is_floating_point()):
             return f"{label} has dtype {got.dtype}, expected {want.dtype}"
         return _entries(got, want, label, atol, rtol)
     if _is_number(want) and not _is_number(got):
         return f"{label} should be a number, got {type(got).__name__}"
+    if _same(got, want, atol, rtol):
+        return None
     return f"{label} is {_show(got)}, expected {_show(want)}"
 
 
-def _entries(got: Tensor, want: Tensor, label: str, atol: float, rtol: float) -> str:
-    """Which entries of two tensors of one shape differ, and by how much."""
-    g, w = got.double(), want.double()
-    if not want.is_floating_point():
-        bad, by = g != w, ""
-    elif (~torch.isfinite(g) & torch.isfinite(w)).any():
+def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
+    """Floating tensors within ``atol + rtol * |want|``, other tensors and integers equal (dtype
+    included), containers element by element."""
+    if isinstance(want, Tensor):
+        return _difference(got, want, "", atol, rtol) is None
+    if isinstance(want, (tuple, list)):
+        return (isinstance(got, (tuple, list)) and len(got) == len(want)
+                and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True)))
+    if isinstance(want, Mapping):
+        return isinstance(got, Mapping) and all(k in got and _same(got[k], w, atol, rtol)
+                                                for k, w in want.items())
+    if _is_number(want):
+        return _is_number(got) and (got == want if isinstance(want, numbers.Integral)
+                                    else abs(got - want) <= atol + rtol * abs(want))
+    return bool(got == want)
+
+
+def _entries(got: Tensor, want: Tensor, label: str, atol: float, rtol: float) -> str | None:
+    """Which entries of two tensors of one shape differ, and by how much (None if none do)."""
+    g, w, floating = got.double(), want.double(), want.is_floating_point()
+    if floating and (~torch.isfinite(g) & torch.isfinite(w)).any():
         bad = ~torch.isfinite(g) & torch.isfinite(w)
         return (f"{label} holds inf or NaN in {int(bad.sum())} of {bad.numel()} entries, the first "
-                f"at {_first(bad)}")
-    else:
-        bad = ~torch.isclose(g, w, rtol=rtol, atol=atol)
-        by = f", by up to {float((g - w).abs()[bad].max()):.3g}"
-    at = _first(bad)
-    shown = _show(got[tuple(at)].item()), _show(want[tuple(at)].item())
+                f"at {bad.nonzero()[0].tolist()}")
+    bad = ~torch.isclose(g, w, rtol=rtol, atol=atol) if floating else got != want
+    if not bad.any():
+        return None
+    by = f", by up to {float((g - w).abs()[bad].max()):.3g}" if floating else ""
+    at = tuple(bad.nonzero()[0].tolist())
+    shown = _show(got[at].item()), _show(want[at].item())
     return (f"{label} differs from the right answer in {int(bad.sum())} of {bad.numel()} "
-            f"entries{by}; the first at {at}: {shown[0]} instead of {shown[1]}")
-
-
-def _first(mask: Tensor) -> list[int]:
-    return mask.nonzero()[0].tolist()
+            f"entries{by}; the first at {list(at)}: {shown[0]} instead of {shown[1]}")

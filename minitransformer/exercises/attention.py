@@ -1,5 +1,4 @@
-"""Checkers for the chapter "Scaled dot-product attention" (``book/attention``): the attention
-itself, the causal mask, and the shapes in cross-attention."""
+"""Checkers for the chapter "Scaled dot-product attention" (``book/attention``)."""
 
 from __future__ import annotations
 
@@ -109,9 +108,8 @@ _ATTENTION_MISTAKES = [
          reference=lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask=mask),
          returns=("the output", "the weights"))
 def check_attention(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(query, key, value, mask=None) -> (output, weights)`` against
-    :func:`~minitransformer.attention.scaled_dot_product_attention`, on 3-D and 4-D inputs,
-    with and without a boolean mask (True = may attend)."""
+    """Check ``fn(query, key, value, mask=None) -> (output, weights)``, 3-D or 4-D, mask True =
+    may attend, against :func:`~minitransformer.attention.scaled_dot_product_attention`."""
     B, T, S, d_k, d_v = 2, 3, 4, 4, 5  # S = d_k, so that "the key not transposed" still runs
     q, k, v = (torch.randn(B, n, d, generator=gen, dtype=torch.float64)
                for n, d in ((T, d_k), (S, d_k), (S, d_v)))
@@ -225,10 +223,9 @@ _SHAPE_MISTAKES = [
          otherwise="Think about which sequence each tensor comes from and which axis is summed")
 def check_cross_attention_shapes() -> list[Case]:
     """Check ``fn(B, h, T, S, d_model) -> dict`` of the per-head shapes in cross-attention, keys
-    ``"query"``, ``"key"``, ``"value"``, ``"weights"``, ``"output"`` and ``"source_mask"``,
-    on several sizes (T != S), so that nothing can be hard-wired."""
-    sizes: list[dict[str, Any]] = [dict(B=2, h=8, T=5, S=7, d_model=512),
-                                   dict(B=3, h=4, T=9, S=6, d_model=64),
-                                   dict(B=1, h=2, T=3, S=11, d_model=10)]
+    ``"query"``, ``"key"``, ``"value"``, ``"weights"``, ``"output"``, ``"source_mask"``."""
+    sizes: list[dict[str, Any]] = [dict(B=2, h=8, T=5, S=7, d_model=512),  # T != S, so that
+                                   dict(B=3, h=4, T=9, S=6, d_model=64),  # nothing is
+                                   dict(B=1, h=2, T=3, S=11, d_model=10)]  # hard-wired
     return [Case(f"for {p}", name=name, d_k=p["d_model"] // p["h"], **p)
             for p in sizes for name in _SHAPE_NAMES]

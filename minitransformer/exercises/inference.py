@@ -1,6 +1,5 @@
 """Checkers for the chapter "Inference: the KV cache and the cost of attention"
-(``book/inference``): the KV-cache memory of a published model, one step of the online softmax
-behind FlashAttention, and appending one decoding step to a preallocated cache."""
+(``book/inference``)."""
 
 from __future__ import annotations
 
@@ -55,10 +54,8 @@ _BYTES_MISTAKES = [
          otherwise="It should be 2 x batch x seq_len x layers x KV heads x head_dim x bytes per "
                    "element")
 def check_kv_cache_bytes() -> list[Case]:
-    """Check ``fn(config, seq_len, batch_size, bytes_per_element)``, the bytes of the keys and
-    values a decoder keeps, against the package's ``kv_cache_bytes``. ``config`` is a
-    ``ModelConfig`` (``num_layers``, ``num_heads``, ``num_kv_heads``, ``head_dim``,
-    ``d_model``, ...); its sliding window is ignored."""
+    """Check ``fn(config, seq_len, batch_size, bytes_per_element)``, the KV-cache bytes of a
+    ``ModelConfig`` (its sliding window ignored), against the package's ``kv_cache_bytes``."""
     cases = [("llama-3-8b", 1000, 3, 4),  # tells the usual mistakes apart: GQA, 4 bytes, batch 3
              ("llama-2-70b", 4096, 1, 2), ("llama-2-7b", 4096, 8, 2), ("gpt2-small", 1024, 2, 1)]
     return [Case(f"cache_bytes({name}, seq_len={n}, batch_size={b}, bytes_per_element={e})",
@@ -133,10 +130,9 @@ _STEP_MISTAKES = [
          observe=_fold,
          returns=("the running maximum m", "the running normaliser l", "the running output acc"))
 def check_online_softmax_step(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(m, l, acc, scores, values) -> (m, l, acc)`` by folding blocks of keys, against
-    :func:`~minitransformer.flash.online_softmax_step`. Shapes: ``m``, ``l`` ``(T, 1)``; ``acc``
-    ``(T, d_v)``; ``scores`` ``(T, S_blk)``; ``values`` ``(S_blk, d_v)``. After the last block,
-    ``acc / l`` must equal ``softmax(scores) @ values``."""
+    """Check ``fn(m, l, acc, scores, values) -> (m, l, acc)``, ``m``, ``l`` ``(T, 1)``, ``acc``
+    ``(T, d_v)``, ``scores`` ``(T, S_blk)``, ``values`` ``(S_blk, d_v)``, folded over blocks of
+    keys, against :func:`~minitransformer.flash.online_softmax_step`."""
     # Block offsets 0, 6, 2: the running max grows at the second block (old sums must be
     # rescaled) and not at the third (the block's own max is then not the running max).
     offsets = torch.tensor([0.0, 6.0, 2.0], dtype=torch.float64).repeat_interleave(BLOCK)
@@ -184,10 +180,9 @@ _APPEND_MISTAKES = [
          observe=lambda fn, keys, values, **step: (fn(keys, values, *step.values()), keys, values),
          returns=("the returned length", "the keys buffer", "the values buffer"))
 def check_cache_append(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(keys, values, length, new_k, new_v) -> new_length``: ``keys``/``values`` are
-    preallocated ``(B, h_kv, max_len, d)`` buffers whose first ``length`` positions are filled;
-    ``new_k``/``new_v`` ``(B, h_kv, n, d)`` must be written into them *in place*, at positions
-    ``length .. length + n - 1`` of dimension 2, and ``length + n`` returned."""
+    """Check ``fn(keys, values, length, new_k, new_v) -> length + n``: ``new_k``/``new_v``
+    ``(B, h_kv, n, d)`` written in place into the ``(B, h_kv, max_len, d)`` buffers, at
+    ``length``."""
     keys, values = torch.zeros(2, 3, 8, 4), torch.zeros(2, 3, 8, 4)  # (B, h_kv, max_len, d)
     cases, length = [], 0
     for n in (1, 1, 3, 1):  # four steps, each from the buffers the previous ones filled

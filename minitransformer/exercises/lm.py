@@ -1,6 +1,4 @@
-"""Checkers for the chapter "From the paper to a language model" (``book/lm``): one merge step
-of byte-pair encoding, the shifted next-token loss of a causal language model, and the
-sampling distribution after temperature and top-k."""
+"""Checkers for the chapter "From the paper to a language model" (``book/lm``)."""
 
 from __future__ import annotations
 
@@ -27,11 +25,6 @@ def _merge_advancing_by_one(ids: list[int], pair: tuple[int, int], new_id: int) 
     return out
 
 
-def _merge_right_to_left(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    flipped = merge_pair(list(reversed(ids)), (pair[1], pair[0]), new_id)
-    return list(reversed(flipped))
-
-
 def _merge_first_only(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
@@ -56,16 +49,14 @@ _MERGE_MISTAKES = [
          "return a new list of ints (the merged ids), got {got_type}"),
     like(_merge_advancing_by_one,
          "after a merge your scan moves on by one token, so the pair's right token is kept or "
-         "merged a second time with the next one (in [5, 5, 5] the pair (5, 5) overlaps "
-         "itself). Skip both tokens of a merged pair: advance by two after a merge, by one "
-         "otherwise"),
-    like(_merge_right_to_left,
+         "merged a second time with the next one (in [5, 5, 5] the pair (5, 5) overlaps itself). "
+         "Skip both tokens of a merged pair: advance by two after a merge, by one otherwise"),
+    like(lambda ids, pair, new_id: merge_pair(ids[::-1], pair[::-1], new_id)[::-1],
          "you merge from the right: of two overlapping occurrences ([5, 5, 5] with the pair "
          "(5, 5)) the left one must merge, [9, 5], as the tokenizer's encoder and the training "
          "loop both scan left to right"),
     like(_merge_first_only,
-         "you merge only the first occurrence; a merge step replaces every occurrence of the "
-         "pair"),
+         "you merge only the first occurrence; a merge step replaces every occurrence of the pair"),
     like(_merge_either_order,
          "you also merge the pair in the other order (right, left); a pair is ordered: only "
          "left followed by right merges"),
@@ -78,9 +69,8 @@ _MERGE_MISTAKES = [
          otherwise="Scan left to right; where ids[i], ids[i + 1] equal the pair, write new_id "
                    "and skip both, else copy ids[i]")
 def check_bpe_merge() -> list[Case]:
-    """Check ``fn(ids, pair, new_id) -> list[int]``, ``ids`` with every occurrence of ``pair``
-    replaced by ``new_id`` left to right, against
-    :func:`~minitransformer.tokenizer.merge_pair`."""
+    """Check ``fn(ids, pair, new_id) -> list[int]``, every ``pair`` replaced by ``new_id`` left to
+    right, against :func:`~minitransformer.tokenizer.merge_pair`."""
     return [
         Case("for two occurrences", ids=[3, 4, 5, 3, 4], pair=(3, 4), new_id=9),
         Case("for a pair that overlaps itself", ids=[5, 5, 5], pair=(5, 5), new_id=9),
@@ -151,9 +141,8 @@ _LOSS_MISTAKES = [
          otherwise="It should be the mean cross-entropy (natural log) of model(tokens[:, :-1]) "
                    "against tokens[:, 1:], over the targets that are not pad_id")
 def check_lm_loss(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(model, tokens, pad_id)``, the mean next-token cross-entropy of ``tokens``
-    ``(B, T + 1)`` (right-padded with ``pad_id``) under a causal ``model`` (``(B, T)`` ids to
-    ``(B, T, V)`` logits), against :func:`~minitransformer.lm.lm_loss`."""
+    """Check ``fn(model, tokens, pad_id)``, the mean next-token loss of ``tokens`` ``(B, T + 1)``
+    (right-padded with ``pad_id``), against :func:`~minitransformer.lm.lm_loss`."""
     model = seeded(0, lambda: DecoderOnlyTransformer(12, d_model=16, num_heads=2, num_layers=1,
                                                       d_ff=32, max_len=16, dropout=0.0).eval())
     padded = torch.randint(1, 12, (3, 9), generator=gen)  # ids 1..11: 0 is the padding
@@ -188,9 +177,8 @@ _TOP_K_MISTAKES = [
          "you keep k - 1 tokens per row: the k-th largest logit must stay (filter the logits "
          "strictly below it)"),
     like(lambda logits, temperature, k: _probs(logits, 1.0, k),
-         "the temperature has no effect in your answer: divide the logits by it before the "
-         "softmax (dividing or rescaling the probabilities afterwards is undone by "
-         "renormalising)"),
+         "the temperature has no effect in your answer: divide the logits by it before the softmax "
+         "(dividing or rescaling the probabilities afterwards is undone by renormalising)"),
     like(lambda logits, temperature, k: _probs(logits, 1.0, k) / temperature,
          "you divide the probabilities by the temperature, after the softmax; divide the "
          "logits, before it"),
@@ -199,9 +187,8 @@ _TOP_K_MISTAKES = [
          "below 1 sharpens the distribution and one above 1 flattens it"),
     like(lambda logits, temperature, k: torch.softmax(logits / temperature, -1).masked_fill(
         logits < _kth(logits, k), 0.0),
-         "your rows sum to less than 1: after dropping the tokens outside the top k, "
-         "renormalise the k kept probabilities (or fill the dropped logits with -inf before "
-         "the softmax)"),
+         "your rows sum to less than 1: after dropping the tokens outside the top k, renormalise "
+         "the k kept probabilities (or fill the dropped logits with -inf before the softmax)"),
     like(lambda logits, temperature, k: torch.softmax(
         (logits / temperature).masked_fill(logits < _kth(logits, k), 0.0), -1),
          "the tokens outside the top k still get some probability: fill their logits with -inf, "
@@ -216,8 +203,7 @@ _TOP_K_MISTAKES = [
          otherwise="They should be softmax(logits / temperature) over the k largest logits of "
                    "each row, 0 elsewhere")
 def check_top_k_probs(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(logits, temperature, k) -> probs``, both ``(B, V)``: the distribution a
-    sampler draws the next token from, against
+    """Check ``fn(logits, temperature, k) -> probs``, both ``(B, V)``, against
     :func:`~minitransformer.lm.next_token_probs`."""
     logits = torch.randn(2, 8, generator=gen) * 2  # no ties: the top k is unique
     return [Case("for temperature 0.5 and k = 3", logits=logits, temperature=0.5, k=3),

@@ -1,6 +1,4 @@
-"""Checkers for the chapter "The encoder–decoder picture" (``book/encoder_decoder``): the
-decoder's self-attention mask, an encoder layer assembled from its parts, the parameters of a
-layer counted by hand, and one step of greedy decoding."""
+"""Checkers for the chapter "The encoder–decoder picture" (``book/encoder_decoder``)."""
 
 from __future__ import annotations
 
@@ -16,15 +14,6 @@ from minitransformer.model import DecoderLayer, EncoderLayer, Transformer
 
 __all__ = ["check_decoder_mask", "check_encoder_layer", "check_layer_parameters",
            "check_next_token"]
-
-
-def _decoder_mask(lengths: Tensor, T: int) -> Tensor:
-    """``(B, 1, T, T)``: query t may attend to key s iff ``s <= t`` and ``s < lengths[b]``."""
-    return causal_mask(T) & padding_mask(lengths, T)  # (T, T) & (B, 1, 1, T) -> (B, 1, T, T)
-
-
-def _full(mask: Tensor, lengths: Tensor, T: int) -> Tensor:
-    return mask.expand(len(lengths), 1, T, T)
 
 
 _DECODER_MASK_MISTAKES = [
@@ -43,14 +32,14 @@ _DECODER_MASK_MISTAKES = [
     when(lambda got, want: torch.equal(got, ~want),
          "your mask is inverted: True must mean *may attend* (PyTorch's nn.Transformer uses True = "
          "blocked; this course does not)"),
-    like(lambda lengths, T: _full(causal_mask(T), lengths, T),
+    like(lambda lengths, T: causal_mask(T).expand(len(lengths), 1, T, T),
          "your mask is only causal: sequence 1 has 3 real tokens, so keys 3 and 4 are padding and "
          "must be hidden too. AND it with the padding mask"),
-    like(lambda lengths, T: _full(padding_mask(lengths, T), lengths, T),
+    like(lambda lengths, T: padding_mask(lengths, T).expand(-1, 1, T, T),
          "your mask only hides padding: position t can still see later tokens t+1, t+2, ... AND it "
          "with the lower-triangular causal mask"),
     like([lambda lengths, T: causal_mask(T).T & padding_mask(lengths, T),
-          lambda lengths, T: _full(causal_mask(T).T, lengths, T)],
+          lambda lengths, T: causal_mask(T).T.expand(len(lengths), 1, T, T)],
          "your causal part is upper-triangular (the transpose): row t is the query, column s the "
          "key, and t may see s only when s <= t. Use .tril(), not .triu()"),
     like(lambda lengths, T: causal_mask(T) | padding_mask(lengths, T),
@@ -58,23 +47,18 @@ _DECODER_MASK_MISTAKES = [
 ]
 
 
-@checker("decoder self-attention mask (causal and padding)", reference=_decoder_mask,
-         mistakes=_DECODER_MASK_MISTAKES, returns="decoder_mask(lengths=[5, 3, 1], T=5)",
+@checker("decoder self-attention mask (causal and padding)", mistakes=_DECODER_MASK_MISTAKES,
+         reference=lambda lengths, T: causal_mask(T) & padding_mask(lengths, T),  # (B, 1, T, T)
+         returns="decoder_mask(lengths=[5, 3, 1], T=5)",
          otherwise="It should be causal_mask(T) & padding_mask(lengths, T); check row 2 of "
                    "sequence 1: it should be [True, True, True, False, False]")
 def check_decoder_mask() -> list[Case]:
-    """Check ``fn(lengths, T)`` -> boolean ``(B, 1, T, T)``, True = may attend, where
-    ``lengths`` ``(B,)`` holds the number of real target tokens of each sequence."""
+    """Check ``fn(lengths, T)`` -> boolean ``(B, 1, T, T)``, True = may attend, for ``lengths``
+    ``(B,)`` real target tokens per sequence."""
     return [Case(lengths=torch.tensor([5, 3, 1]), T=5)]
 
 
-# -- one encoder layer from its parts ------------------------------------------------------
-# The wrong assemblies a learner might write, from the layer's own parts (section "The
-# sub-layer recipe"); the reference is the layer itself.
-
-
-def _attend(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
-    return layer.self_attn(x, x, x, src_mask)[0]  # (B, S, d_model); [1] is the weights
+# -- an encoder layer from its parts (section "The sub-layer recipe"); wrong ones use them too
 
 
 def _post_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None, *,
@@ -83,31 +67,30 @@ def _post_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None, *,
     """Post-LN, or a variant: ``norms`` the LayerNorms used (0 = none), ``residual`` which
     sub-layers keep their residual addition, ``ffn_reads_x`` the FFN fed the layer's input."""
     norm: dict[int, Callable[[Tensor], Tensor]] = {0: lambda z: z, 1: layer.norm1, 2: layer.norm2}
-    attended = _attend(layer, x, src_mask)
+    attended = layer.self_attn(x, x, x, src_mask)[0]  # (B, S, d_model); [1] is the weights
     h = norm[norms[0]](x + attended if residual[0] else attended)
     transformed = layer.feed_forward(x if ffn_reads_x else h)
     return norm[norms[1]](h + transformed if residual[1] else transformed)
 
 
 def _pre_ln(layer: EncoderLayer, x: Tensor, src_mask: Tensor | None) -> Tensor:
-    h = x + _attend(layer, layer.norm1(x), src_mask)
+    normed = layer.norm1(x)
+    h = x + layer.self_attn(normed, normed, normed, src_mask)[0]
     return h + layer.feed_forward(layer.norm2(h))
 
 
 def _twice(fn: Callable[..., Tensor], layer: EncoderLayer, x: Tensor,
            src_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Two calls on the same inputs (the second on its own copy, in case the first changes
-    them): in eval mode a layer gives the same output both times."""
+    """Two calls, the second on its own copy of the inputs: in eval mode both give one output."""
     again = copy.deepcopy((layer, x, src_mask))
     return fn(layer, x, src_mask), fn(*again)
 
 
 _ENCODER_LAYER_MISTAKES = [
     when(lambda got: not close(got[0], got[1]),
-         "two calls on the same input gave different outputs: dropout is still on. The layer is "
-         "in eval mode, where its dropout1 and dropout2 do nothing, so leave dropout out "
-         "(F.dropout drops even in eval mode unless you pass training=False; do not call "
-         "layer.train())"),
+         "two calls on the same input gave different outputs: dropout is still on. The layer is in "
+         "eval mode, where its dropout1 and dropout2 do nothing, so leave dropout out (F.dropout "
+         "drops even in eval mode unless you pass training=False; do not call layer.train())"),
     like(_pre_ln,
          "you normalised *before* each sub-layer, x + Sublayer(LayerNorm(x)): that is pre-LN "
          "(norm_first=True). The paper's layer is post-LN: LayerNorm(x + Sublayer(x)), the "
@@ -141,10 +124,8 @@ _ENCODER_LAYER_MISTAKES = [
          otherwise="It differs from layer(x, src_mask): h = norm1(x + self_attn(x, x, x, "
                    "src_mask)[0]), then norm2(h + feed_forward(h))")
 def check_encoder_layer(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(layer, x, src_mask) -> (B, S, d_model)``, a post-LN
-    :class:`~minitransformer.model.EncoderLayer` written with ``layer.self_attn``,
-    ``layer.feed_forward``, ``layer.norm1`` and ``layer.norm2``, against the layer itself (in eval
-    mode), with and without a padding mask."""
+    """Check ``fn(layer, x, src_mask) -> (B, S, d_model)``, the post-LN
+    :class:`~minitransformer.model.EncoderLayer` from its parts, against the layer itself."""
     def layer(d_model: int, num_heads: int, d_ff: int) -> EncoderLayer:
         built = seeded(0, lambda: EncoderLayer(d_model, num_heads, d_ff, dropout=0.1).eval())
         with torch.no_grad():  # gains and biases of their own, so that swapped norms show
@@ -163,7 +144,6 @@ def check_encoder_layer(gen: torch.Generator) -> list[Case]:
         Case("for x (1, 4, 12) with padding (length 3)", layer=other,
              x=torch.randn(1, 4, 12, generator=gen), src_mask=padding_mask(torch.tensor([3]), 4)),
     ]
-
 
 
 def _layer_parameters(d_model: int, d_ff: int, decoder: bool) -> int:
@@ -208,34 +188,29 @@ _LAYER_MISTAKES = [
          otherwise="Count per attention 4 * (d_model^2 + d_model), for the FFN "
                    "2 * d_model * d_ff + d_ff + d_model, per LayerNorm 2 * d_model")
 def check_layer_parameters() -> list[Case]:
-    """Check ``fn(d_model, d_ff, decoder)`` against the parameter count of the package's
-    :class:`~minitransformer.model.EncoderLayer` and
-    :class:`~minitransformer.model.DecoderLayer`."""
+    """Check ``fn(d_model, d_ff, decoder)``, the parameters of an
+    :class:`~minitransformer.model.EncoderLayer` or :class:`~minitransformer.model.DecoderLayer`."""
     return [Case(f"count(d_model={d}, d_ff={f}, decoder={dec})", d_model=d, d_ff=f, decoder=dec)
             for d, f in ((512, 2048), (64, 256), (24, 40)) for dec in (False, True)]
 
 
-def _logits(model: Transformer, src: Tensor, prefix: Tensor) -> Tensor:
-    return model(src, prefix)  # (B, T, V)
-
-
 _NEXT_TOKEN_MISTAKES = [
-    when(lambda got, model, src, prefix: got.shape == _logits(model, src, prefix)[:, -1].shape,
+    when(lambda got, model, src, prefix: got.shape == model(src, prefix)[:, -1].shape,
          "you return a tensor of shape {got.shape} = (B, V): the logits themselves. Return the id "
          "of the best token, argmax over the vocabulary"),
     when(lambda got, prefix: got.shape == prefix.shape,
          "you return {got.shape} = (B, T): one prediction per position. Only the last position "
          "predicts the next token: take logits[:, -1]"),
-    like(lambda model, src, prefix: _logits(model, src, prefix)[:, 0].argmax(-1),
+    like(lambda model, src, prefix: model(src, prefix)[:, 0].argmax(-1),  # (B, T, V) logits
          "you used the logits of the first position (they predict the token after BOS). The next "
          "token comes from the *last* position: logits[:, -1]"),
-    like(lambda model, src, prefix: _logits(model, src, prefix)[:, -1].argmin(-1),
+    like(lambda model, src, prefix: model(src, prefix)[:, -1].argmin(-1),
          "you took argmin; the most likely token is the argmax"),
 ]
 
 
 @checker("one step of greedy decoding", mistakes=_NEXT_TOKEN_MISTAKES,
-         reference=lambda model, src, prefix: _logits(model, src, prefix)[:, -1].argmax(-1),
+         reference=lambda model, src, prefix: model(src, prefix)[:, -1].argmax(-1),
          returns="next_token(model, src, prefix)",
          otherwise="Your ids differ from model(src, prefix)[:, -1].argmax(-1): run the whole "
                    "prefix through the model (teacher forcing the known tokens) and read the last "

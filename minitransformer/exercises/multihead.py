@@ -1,6 +1,4 @@
-"""Checkers for the chapter "Multi-head attention" (``book/multihead``): splitting and merging
-heads, the parameter count, and the multi-head forward pass built on
-:func:`~minitransformer.attention.scaled_dot_product_attention`."""
+"""Checkers for the chapter "Multi-head attention" (``book/multihead``)."""
 
 from __future__ import annotations
 
@@ -134,21 +132,13 @@ _MHA_MISTAKES = [
 ]
 
 
-def _mha(mha: MultiHeadAttention, query: Tensor, key: Tensor, value: Tensor,
-         mask: Tensor) -> Tensor:
-    out = mha(query, key, value, mask=mask)
-    return out[0] if isinstance(out, tuple) else out  # (output, weights), or the output alone
-
-
-@checker("multi-head attention from the single-head function", reference=_mha,
-         mistakes=_MHA_MISTAKES, returns="the output",
+@checker("multi-head attention from the single-head function", mistakes=_MHA_MISTAKES,
+         reference=lambda mha, q, k, v, mask: mha(q, k, v, mask=mask)[0], returns="the output",
          otherwise="It differs from MultiHeadAttention: project, split_heads, attend per head with "
                    "the mask, merge_heads, then apply w_o")
 def check_multi_head_attention(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(mha, query, key, value, mask=None) -> (B, T, d_model)``, built from ``mha.w_q``,
-    ``mha.w_k``, ``mha.w_v``, ``mha.w_o`` and
-    :func:`~minitransformer.attention.scaled_dot_product_attention`, against ``mha`` itself, in
-    cross-attention with ``T != S`` and a mask: swapped arguments and an ignored mask show."""
+    """Check ``fn(mha, query, key, value, mask=None) -> (B, T, d_model)``, built from ``mha``'s
+    projections and the single-head function, against ``mha`` itself (cross-attention, T != S)."""
     d_model, h, B, T, S = 12, 3, 2, 4, 5
     mha = seeded(0, lambda: MultiHeadAttention(d_model, h).eval())
     query, key, value = (torch.randn(B, n, d_model, generator=gen) for n in (T, S, S))

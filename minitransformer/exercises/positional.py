@@ -1,5 +1,4 @@
-"""Checkers for the chapter "Positional encoding" (``book/positional``): the sinusoidal table,
-the shift matrix ``M_k``, a reasoning exercise on the wavelengths, and RoPE."""
+"""Checkers for the chapter "Positional encoding" (``book/positional``)."""
 
 from __future__ import annotations
 
@@ -74,12 +73,12 @@ _ENCODING_MISTAKES = [
 
 
 @checker("sinusoidal positional encoding", mistakes=_ENCODING_MISTAKES, returns="the table",
-         atol=1e-4,          reference=lambda P, d: sinusoidal_encoding(P, d, dtype=torch.float64),
+         atol=1e-4, reference=lambda P, d: sinusoidal_encoding(P, d, dtype=torch.float64),
          otherwise="The formula is PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = "
                    "cos(pos / 10000^(2i/d)); compare row 1 with it")
 def check_sinusoidal_encoding() -> list[Case]:
-    """Check ``fn(num_positions, d_model) -> (num_positions, d_model)`` against
-    :func:`~minitransformer.positional.sinusoidal_encoding`."""
+    """Check ``fn(num_positions, d_model)`` against
+    :func:`~minitransformer.positional.sinusoidal_encoding`, shape ``(num_positions, d_model)``."""
     return [Case("for num_positions=60, d_model=16", num_positions=60, d_model=16),
             Case("for num_positions=7, d_model=64", num_positions=7, d_model=64,
                  hint="Your table is right for d_model=16 but wrong for d_model=64: use d_model in "

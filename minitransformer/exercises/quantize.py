@@ -1,5 +1,4 @@
-"""Checker for the exercise of the chapter "Where next" (``book/where_next``): int8 quantisation
-with one absmax scale per row."""
+"""Checker for the exercise of the chapter "Where next" (``book/where_next``)."""
 
 from __future__ import annotations
 
@@ -70,9 +69,8 @@ _QUANTIZE_MISTAKES = [
          returns=("the values", "the scale"),
          otherwise="The values should be round(x / scale)")
 def check_quantize_rows(gen: torch.Generator) -> list[Case]:
-    """Check ``fn(x)`` for ``x`` ``(R, C)``: int8 ``values`` ``(R, C)`` and float ``scale``
-    ``(R, 1)`` with ``scale = max|row| / 127`` and ``values = round(x / scale)``, so that
-    ``values * scale`` is within ``scale / 2`` of ``x``."""
+    """Check ``fn(x)`` for ``x`` ``(R, C)``: int8 ``values = round(x / scale)`` ``(R, C)`` and
+    float ``scale = max|row| / 127`` ``(R, 1)``."""
     scales = torch.tensor([[0.01], [0.1], [1.0], [10.0], [100.0], [3.0]])
     x = torch.randn(6, 16, generator=gen) * scales  # rows of very different sizes
     x[5] = 0.0  # an all-zero row: its scale must not be 0 (0/0 = NaN)

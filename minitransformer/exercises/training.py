@@ -1,5 +1,4 @@
-"""Checkers for the chapter "Training a Transformer" (``book/training``): the warm-up schedule
-of the paper's section 5.3, label-smoothed targets, and teacher forcing."""
+"""Checkers for the chapter "Training a Transformer" (``book/training``)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from minitransformer.exercises._core import Case, checker, like, when
 from minitransformer.training import noam_learning_rate, smoothed_targets, teacher_forcing
 
 __all__ = ["check_noam_learning_rate", "check_smoothed_targets", "check_teacher_forcing"]
-
 
 
 def _rates(fn: Callable[..., Any], steps: list[int], d_model: int, warmup_steps: int) -> list[Any]:
@@ -68,7 +66,6 @@ def check_noam_learning_rate() -> list[Case]:
     return [Case(f"for steps {steps}", steps=steps, d_model=d, warmup_steps=w) for d, w, steps in (
         (512, 4000, [1, 10, 1000, 3999, 4000, 4001, 8000, 16000, 100000]),
         (64, 50, [1, 2, 25, 50, 51, 200, 800]))]
-
 
 
 def _one_hot(target: Tensor, V: int) -> Tensor:
