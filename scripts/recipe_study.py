@@ -1,4 +1,4 @@
-"""Seed study of the training chapter's recipe on the reverse task (issue 11.2).
+"""Seed study of the training chapter's recipe on the reverse task.
 
 The chapter ("Training a Transformer", section "Training on the reverse task") trains a 1+1
 layer Transformer (d_model 64, 4 heads, d_ff 128, no dropout) to reverse sequences of 4 to 8
@@ -10,6 +10,10 @@ model's initialisation and the training batches.
 Floating-point results differ between CPUs; ``--other-cpu`` repeats the study in a child
 process with ``ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE`` (torch's unvectorised kernels,
 MKL's compatibility path), which simulates another machine.
+
+The committed recipe (peak scale 0.4) holds for seeds 0 to 9 on both: it first reaches 99 % at
+update 175 to 250, and the lowest accuracy after that is 99.0 % to 99.9 %. With scale 0.5, one
+seed of five fell back to 98.9 % under the simulated CPU.
 
 Run: ``.venv/bin/python scripts/recipe_study.py [--seeds 0 1 2 3 4] [--other-cpu]``
 """
