@@ -444,19 +444,7 @@ def train(
     processes and only rank 0 shows progress. Returns a :class:`TrainHistory`; the model is
     left in the mode (train/eval) it was in.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
-        raise TypeError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
-    for name, fn in (("loss", loss), ("eval_fn", eval_fn)):
-        if fn is not None and not callable(fn):
-            raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
-    if loss is not None and loss_fn is not None:
-        raise ValueError("pass either loss (a function of model and batch) or loss_fn (the "
-                         "criterion of the default seq2seq loss), not both")
+    _check_train_args(model, optimizer, scheduler, loss, loss_fn, eval_fn)
     if num_steps is not None:
         num_steps = _checks.positive_int("num_steps", num_steps, allow_zero=True)
     eval_every = _checks.positive_int("eval_every", eval_every)
@@ -509,21 +497,8 @@ def train(
                 batch = shard_batch(batch, rank, world_size)
             model.train()
             lr = optimizer.param_groups[0]["lr"]
-            value = loss(net, batch)
-            if not isinstance(value, Tensor) or value.dim() != 0:
-                raise ValueError(f"loss(model, batch) must return a scalar tensor, got "
-                                 f"{_checks.shape_of(value)}")
-            mean_value = _mean_over_ranks(value, world_size)  # the same on every process
-            if not math.isfinite(mean_value):
-                raise ValueError(f"the loss of update {step + 1} is {mean_value} (a batch whose "
-                                 "targets are all padding, or a learning rate that diverges)")
-            optimizer.zero_grad(set_to_none=True)
-            value.backward()  # DDP averages the gradients over the processes here
-            if clip_grad_norm is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
+            mean_value = _update(net, model, batch, loss, optimizer, scheduler, clip_grad_norm,
+                                 world_size, step + 1)
             step += 1
             history.loss.append(mean_value)
             history.lr.append(float(lr))
@@ -538,6 +513,51 @@ def train(
         model.train(was_training)
     history.seconds = time.perf_counter() - start
     return history
+
+
+def _check_train_args(model: nn.Module, optimizer: torch.optim.Optimizer,
+                      scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+                      loss: Callable[[nn.Module, Any], Tensor] | None, loss_fn: nn.Module | None,
+                      eval_fn: Callable[[nn.Module], float] | None) -> None:
+    """:func:`train`'s type checks: a clear error before the first update, not in it."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if scheduler is not None and not callable(getattr(scheduler, "step", None)):
+        raise TypeError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
+    for name, fn in (("loss", loss), ("eval_fn", eval_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
+    if loss is not None and loss_fn is not None:
+        raise ValueError("pass either loss (a function of model and batch) or loss_fn (the "
+                         "criterion of the default seq2seq loss), not both")
+
+
+def _update(net: nn.Module, model: nn.Module, batch: Any,
+            loss: Callable[[nn.Module, Any], Tensor], optimizer: torch.optim.Optimizer,
+            scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+            clip_grad_norm: float | None, world_size: int, step: int) -> float:
+    """One update of :func:`train` (its number is ``step``): loss, backward, clip, optimizer and
+    scheduler step. ``net`` is what the loss calls (``model`` or its DDP wrapper). Returns the
+    loss, averaged over the processes."""
+    value = loss(net, batch)
+    if not isinstance(value, Tensor) or value.dim() != 0:
+        raise ValueError(f"loss(model, batch) must return a scalar tensor, got "
+                         f"{_checks.shape_of(value)}")
+    mean_value = _mean_over_ranks(value, world_size)  # the same on every process
+    if not math.isfinite(mean_value):
+        raise ValueError(f"the loss of update {step} is {mean_value} (a batch whose targets are "
+                         "all padding, or a learning rate that diverges)")
+    optimizer.zero_grad(set_to_none=True)
+    value.backward()  # DDP averages the gradients over the processes here
+    if clip_grad_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return mean_value
 
 
 @torch.no_grad()
