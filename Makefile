@@ -65,8 +65,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # Another CPU, simulated on this one: the notebooks' outputs must replay unchanged.
+# Two other CPUs: torch's unvectorised kernels with MKL's compatibility path on one thread, then
+# torch's AVX2 kernels (an AVX2-only machine; on one without AVX2 torch uses what it has).
 test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest book
+	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest book
 
 # Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
 INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
