@@ -45,8 +45,9 @@ if os.environ.get("CI"):
 
 def pytest_ignore_collect(collection_path: pathlib.Path, config) -> bool | None:
     if collection_path.suffix == ".ipynb":
-        return (collection_path.resolve() not in _TOC
-                or ".ipynb_checkpoints" in collection_path.parts)
+        return (
+            collection_path.resolve() not in _TOC or ".ipynb_checkpoints" in collection_path.parts
+        )
     return None
 
 
@@ -105,8 +106,10 @@ class ExpressionCell(pytest.Item):
             if got["status"] != "ok":
                 problems.append(f"{{eval}}`{expr}` raised {got.get('ename')}: {got.get('evalue')}")
             elif got["data"].get("text/plain") != stored[expr]["data"].get("text/plain"):
-                problems.append(f"{{eval}}`{expr}` is {got['data'].get('text/plain')}, "
-                                f"the notebook stores {stored[expr]['data'].get('text/plain')}")
+                problems.append(
+                    f"{{eval}}`{expr}` is {got['data'].get('text/plain')}, "
+                    f"the notebook stores {stored[expr]['data'].get('text/plain')}"
+                )
         if problems:
             raise ExpressionMismatch("; ".join(problems))
 

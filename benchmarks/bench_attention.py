@@ -65,7 +65,7 @@ def main() -> int:
             fn()
             fn()
         for r in range(args.rounds):
-            order = names[r % len(names):] + names[: r % len(names)]  # rotate the order
+            order = names[r % len(names) :] + names[: r % len(names)]  # rotate the order
             for name in order:
                 start_cpu = time.process_time()
                 times[name].append(Timer("fn()", globals={"fn": variants[name]}).timeit(1).mean)
@@ -74,8 +74,10 @@ def main() -> int:
     def ratio(a: str, b: str, table: dict[str, list[float]] = times) -> float:
         return statistics.median(x / y for x, y in zip(table[a], table[b], strict=True))
 
-    print(f"MultiHeadAttention forward, B={B}, T=S={T}, d_model={D_MODEL}, h={H}, float32, "
-          f"{device}, {torch.get_num_threads()} threads, {args.rounds} alternating rounds")
+    print(
+        f"MultiHeadAttention forward, B={B}, T=S={T}, d_model={D_MODEL}, h={H}, float32, "
+        f"{device}, {torch.get_num_threads()} threads, {args.rounds} alternating rounds"
+    )
     for name in names:
         print(f"  {name:34s} median {1e3 * statistics.median(times[name]):8.1f} ms")
     explicit_w = ratio(names[0], names[2])
@@ -83,11 +85,14 @@ def main() -> int:
     explicit_nw = ratio(names[0], names[3])
     fused_nw = ratio(names[1], names[3])
     print("Ratios (median of per-round ratios; lower is faster):")
-    print(f"  explicit / torch(need_weights=True)  = {explicit_w:.2f}  "
-          f"(target <= {TARGET_EXPLICIT})")
+    print(
+        f"  explicit / torch(need_weights=True)  = {explicit_w:.2f}  (target <= {TARGET_EXPLICIT})"
+    )
     print(f"  fused    / torch(need_weights=True)  = {fused_w:.2f}  (target <= {TARGET_FUSED})")
-    print(f"  explicit / torch(need_weights=False) = {explicit_nw:.2f}  "
-          "(for honesty: torch's fused path)")
+    print(
+        f"  explicit / torch(need_weights=False) = {explicit_nw:.2f}  "
+        "(for honesty: torch's fused path)"
+    )
     print(f"  fused    / torch(need_weights=False) = {fused_nw:.2f}")
     if device.type == "cpu":
         print("CPU-time ratios (less sensitive to other processes on a shared machine):")

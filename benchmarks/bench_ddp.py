@@ -52,24 +52,41 @@ VOCAB, MIN_LEN, MAX_LEN, BATCH, WARMUP_UPDATES = 13, 4, 8, 128, 5
 def timed_run(updates: int) -> float:
     """Seconds for ``updates`` updates of the chapter's model (in or out of a process group)."""
     torch.manual_seed(0)
-    model = Transformer(VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128, dropout=0.0,
-                        max_len=MAX_LEN + 2)
+    model = Transformer(
+        VOCAB,
+        VOCAB,
+        d_model=64,
+        num_heads=4,
+        num_layers=1,
+        d_ff=128,
+        dropout=0.0,
+        max_len=MAX_LEN + 2,
+    )
     optimizer, scheduler = make_optimizer(model, warmup_steps=40, scale=0.5)
     gen = torch.Generator().manual_seed(0)
 
     def batches():
         return make_batch("reverse", BATCH, MIN_LEN, MAX_LEN, VOCAB, gen)
 
-    train(model, batches, optimizer, scheduler, num_steps=WARMUP_UPDATES, clip_grad_norm=1.0,
-          progress=False)
-    return train(model, batches, optimizer, scheduler, num_steps=updates, clip_grad_norm=1.0,
-                 progress=False).seconds
+    train(
+        model,
+        batches,
+        optimizer,
+        scheduler,
+        num_steps=WARMUP_UPDATES,
+        clip_grad_norm=1.0,
+        progress=False,
+    )
+    return train(
+        model, batches, optimizer, scheduler, num_steps=updates, clip_grad_norm=1.0, progress=False
+    ).seconds
 
 
 def _worker(rank: int, world_size: int, port: int, updates: int, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size
+    )
     try:
         seconds = timed_run(updates)
         if rank == 0:
@@ -100,18 +117,22 @@ def main() -> int:
     parser.add_argument("--updates", type=int, default=60, help="timed updates per run")
     args = parser.parse_args()
     configs = ["1 process, 1 thread", "1 process, 2 threads", "2 processes, 1 thread each"]
-    print(f"global batch {BATCH}, lengths {MIN_LEN}-{MAX_LEN}, {args.updates} timed updates, "
-          f"{args.rounds} rounds; torch {torch.__version__}, {os.cpu_count()} CPUs")
+    print(
+        f"global batch {BATCH}, lengths {MIN_LEN}-{MAX_LEN}, {args.updates} timed updates, "
+        f"{args.rounds} rounds; torch {torch.__version__}, {os.cpu_count()} CPUs"
+    )
     rates: dict[str, list[float]] = {c: [] for c in configs}
     for r in range(args.rounds):
-        for name in (configs if r % 2 == 0 else configs[::-1]):
+        for name in configs if r % 2 == 0 else configs[::-1]:
             rates[name].append(run_config(name, args.updates))
     base = rates[configs[0]]
     for name in configs:
         ratios = [x / b for x, b in zip(rates[name], base, strict=True)]
-        print(f"{name:>28}: {statistics.median(rates[name]):6.1f} updates/s "
-              f"(rounds: {', '.join(f'{x:.1f}' for x in rates[name])}); "
-              f"x{statistics.median(ratios):.2f} of 1 process, 1 thread")
+        print(
+            f"{name:>28}: {statistics.median(rates[name]):6.1f} updates/s "
+            f"(rounds: {', '.join(f'{x:.1f}' for x in rates[name])}); "
+            f"x{statistics.median(ratios):.2f} of 1 process, 1 thread"
+        )
     return 0
 
 

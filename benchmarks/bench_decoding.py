@@ -47,14 +47,17 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from frozen_beam_search import frozen_beam_search  # noqa: E402
 
 VOCAB, SRC_LEN, BEAM = 1000, 32, 4
-MODELS = {"inference": dict(d_model=256, num_heads=8, num_layers=4, d_ff=1024),
-          "small": dict(d_model=32, num_heads=4, num_layers=1, d_ff=64)}
+MODELS = {
+    "inference": dict(d_model=256, num_heads=8, num_layers=4, d_ff=1024),
+    "small": dict(d_model=32, num_heads=4, num_layers=1, d_ff=64),
+}
 BATCHES = (1, 8, 64)
 FLOOR_SAME_MODEL, FLOOR_SMALL_64 = 0.9, 1.5
 
 
-def alternate(variants: dict[str, Callable[[], object]], rounds: int, threads: int,
-              clock: str) -> dict[str, list[float]]:
+def alternate(
+    variants: dict[str, Callable[[], object]], rounds: int, threads: int, clock: str
+) -> dict[str, list[float]]:
     """Per-variant seconds over ``rounds`` rounds, the order reversed every other round."""
     timer = {"cpu": {"timer": time.process_time}, "wall": {}}[clock]  # wall: synchronises CUDA
     names, times = list(variants), {name: [] for name in variants}
@@ -75,18 +78,23 @@ def main() -> int:
     parser.add_argument("--new", type=int, default=32, help="new tokens per row (default 32)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--clock", choices=["cpu", "wall"], default=None,
-                        help="process CPU time or wall time (default: cpu on the CPU, wall on "
-                             "other devices)")
+    parser.add_argument(
+        "--clock",
+        choices=["cpu", "wall"],
+        default=None,
+        help="process CPU time or wall time (default: cpu on the CPU, wall on other devices)",
+    )
     parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, max_len = torch.device(args.device), args.new + 1
     clock = args.clock or ("cpu" if device.type == "cpu" else "wall")
-    print(f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), "
-          f"{clock} time; "
-          f"{args.new} new tokens per row, source {SRC_LEN} tokens, beam {BEAM}, "
-          f"{args.rounds} alternating rounds; median [min-max]")
+    print(
+        f"torch {torch.__version__}, {args.device}, {torch.get_num_threads()} thread(s), "
+        f"{clock} time; "
+        f"{args.new} new tokens per row, source {SRC_LEN} tokens, beam {BEAM}, "
+        f"{args.rounds} alternating rounds; median [min-max]"
+    )
     failures = []
     for model_name, sizes in MODELS.items():
         torch.manual_seed(0)
@@ -98,13 +106,15 @@ def main() -> int:
             everywhere = torch.ones(B, 1, 1, SRC_LEN, dtype=torch.bool, device=device)
             # partial binds this round's model and src (a lambda would see the loop's last)
             variants = {
-                "beam, old": partial(frozen_beam_search, model, src, max_len, 1, None,
-                                     beam_size=BEAM),
+                "beam, old": partial(
+                    frozen_beam_search, model, src, max_len, 1, None, beam_size=BEAM
+                ),
                 "beam, new": partial(beam_search, model, src, max_len, 1, None, beam_size=BEAM),
             }
             if model_name == "inference":
                 variants["greedy, all-True mask"] = partial(
-                    greedy_decode, model, src, max_len, 1, None, src_mask=everywhere)
+                    greedy_decode, model, src, max_len, 1, None, src_mask=everywhere
+                )
                 variants["greedy, no mask"] = partial(greedy_decode, model, src, max_len, 1, None)
             if not torch.equal(variants["beam, old"](), variants["beam, new"]()):
                 print(f"ERROR: old and new beam search differ at B={B}")
@@ -114,10 +124,14 @@ def main() -> int:
             times = alternate(variants, args.rounds, args.threads, clock)
             for name, ts in times.items():
                 rate = [B * args.new / t for t in ts]
-                print(f"  B={B:3d} {name:<22} {spread([1e3 * t for t in ts], '{:.0f}')} ms, "
-                      f"{spread(rate, '{:.0f}')} tokens/s")
-            for old, new in (("beam, old", "beam, new"),
-                             ("greedy, all-True mask", "greedy, no mask")):
+                print(
+                    f"  B={B:3d} {name:<22} {spread([1e3 * t for t in ts], '{:.0f}')} ms, "
+                    f"{spread(rate, '{:.0f}')} tokens/s"
+                )
+            for old, new in (
+                ("beam, old", "beam, new"),
+                ("greedy, all-True mask", "greedy, no mask"),
+            ):
                 if old in times:
                     ratios = [o / n for o, n in zip(times[old], times[new], strict=True)]
                     print(f"  B={B:3d} speed-up {new!r} over {old!r}: {spread(ratios)}x")
@@ -132,8 +146,10 @@ def main() -> int:
         print(f"FAIL: beam search speed-up {failure}")
     if failures:
         return 1
-    print(f"\nOK: beam search speed-up >= {FLOOR_SAME_MODEL}x on the inference model and >= "
-          f"{FLOOR_SMALL_64}x on the small model at B = 64")
+    print(
+        f"\nOK: beam search speed-up >= {FLOOR_SAME_MODEL}x on the inference model and >= "
+        f"{FLOOR_SMALL_64}x on the small model at B = 64"
+    )
     return 0
 
 

@@ -62,12 +62,12 @@ def main() -> int:
         tiled_peak, tiled_out = peak_memory_bytes(tiled)
         naive_time, tiled_time = (
             Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads()).timeit(3).median
-            for fn in (naive, tiled))
+            for fn in (naive, tiled)
+        )
     error = (naive_out - tiled_out).abs().max().item()
     ratio = tiled_peak / naive_peak
     score_matrix = args.T * args.T * 4
-    print(f"T = S = {args.T}, d = {args.d}, block = {args.block}, float32, one head, "
-          f"{args.device}")
+    print(f"T = S = {args.T}, d = {args.d}, block = {args.block}, float32, one head, {args.device}")
     print(f"one (T, S) float32 matrix: {score_matrix / mib:8.2f} MiB")
     print(f"naive attention peak:      {naive_peak / mib:8.2f} MiB  ({naive_time:.3f} s per call)")
     print(f"tiled attention peak:      {tiled_peak / mib:8.2f} MiB  ({tiled_time:.3f} s per call)")

@@ -93,6 +93,7 @@ def clocks(device: torch.device):
     def now() -> tuple[float, float]:
         sync()
         return time.perf_counter(), time.process_time()
+
     return now
 
 
@@ -110,9 +111,14 @@ def floor_products(model: Transformer, device: torch.device) -> list[tuple]:
     products = []
     for layer in model.decoder.layers:
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
-        products += [(attn.in_proj_weight, attn.in_proj_bias), (attn.w_o.weight, attn.w_o.bias),
-                     (cross.w_q.weight, cross.w_q.bias), (cross.w_o.weight, cross.w_o.bias),
-                     (ffn.linear1.weight, ffn.linear1.bias), (ffn.linear2.weight, ffn.linear2.bias)]
+        products += [
+            (attn.in_proj_weight, attn.in_proj_bias),
+            (attn.w_o.weight, attn.w_o.bias),
+            (cross.w_q.weight, cross.w_q.bias),
+            (cross.w_o.weight, cross.w_o.bias),
+            (ffn.linear1.weight, ffn.linear1.bias),
+            (ffn.linear2.weight, ffn.linear2.bias),
+        ]
     products.append((model.output.weight, None))
     return [(torch.randn(1, 1, w.shape[1], device=device), w, b) for w, b in products]
 
@@ -128,16 +134,29 @@ def matmul_flops(fn) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512],
-                        help="numbers of new tokens (default: 256 512)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads (default 1; 0 keeps torch's choice)")
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[256, 512],
+        help="numbers of new tokens (default: 256 512)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads (default 1; 0 keeps torch's choice)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    parser.add_argument("--clock", choices=["wall", "cpu"], default="cpu",
-                        help="the clock of the times and targets: process CPU time (default; on "
-                             "one thread it leaves out the moments other programs ran, the "
-                             "faithful number on a shared machine) or wall-clock time (always "
-                             "on an accelerator)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="cpu",
+        help="the clock of the times and targets: process CPU time (default; on "
+        "one thread it leaves out the moments other programs ran, the "
+        "faithful number on a shared machine) or wall-clock time (always "
+        "on an accelerator)",
+    )
     parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
     args = parser.parse_args()
     if args.threads:
@@ -147,15 +166,28 @@ def main() -> int:
     now = clocks(device)
 
     torch.manual_seed(0)
-    model = Transformer(VOCAB, VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS,
-                        d_ff=D_FF, dropout=0.0).eval().to(device)
+    model = (
+        Transformer(
+            VOCAB,
+            VOCAB,
+            d_model=D_MODEL,
+            num_heads=HEADS,
+            num_layers=LAYERS,
+            d_ff=D_FF,
+            dropout=0.0,
+        )
+        .eval()
+        .to(device)
+    )
     src = torch.randint(3, VOCAB, (1, SRC_LEN), generator=torch.Generator().manual_seed(1))
     src = src.to(device)
     src_mask = src_padding_mask(src)  # what greedy_decode passes: all True here
     products = floor_products(model, device)
-    print(f"model: d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
-          f"vocab={VOCAB}; source {SRC_LEN} tokens, batch 1; torch {torch.__version__}, "
-          f"{device}, {torch.get_num_threads()} thread(s); targets on {args.clock} time")
+    print(
+        f"model: d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
+        f"vocab={VOCAB}; source {SRC_LEN} tokens, batch 1; torch {torch.__version__}, "
+        f"{device}, {torch.get_num_threads()} thread(s); targets on {args.clock} time"
+    )
 
     def floor() -> None:
         for x, w, b in products:
@@ -183,19 +215,31 @@ def main() -> int:
         return floors, steps
 
     def decode(n: int, use_cache: bool):
-        return lambda: greedy_decode(model, src, max_len=n + 1, bos_id=1, eos_id=None,
-                                     use_cache=use_cache)
+        return lambda: greedy_decode(
+            model, src, max_len=n + 1, bos_id=1, eos_id=None, use_cache=use_cache
+        )
 
     with torch.inference_mode():
         cache = KVCache.for_model(model, 2)
-        model.decode(torch.ones(1, 1, dtype=torch.long, device=device), memory,
-                     src_mask=src_mask, cache=cache)
-        step_flops = matmul_flops(lambda: model.decode(
-            torch.ones(1, 1, dtype=torch.long, device=device), memory, src_mask=src_mask,
-            cache=cache))
+        model.decode(
+            torch.ones(1, 1, dtype=torch.long, device=device),
+            memory,
+            src_mask=src_mask,
+            cache=cache,
+        )
+        step_flops = matmul_flops(
+            lambda: model.decode(
+                torch.ones(1, 1, dtype=torch.long, device=device),
+                memory,
+                src_mask=src_mask,
+                cache=cache,
+            )
+        )
         if step_flops != matmul_flops(floor):
-            print(f"ERROR: the floor's products ({matmul_flops(floor)} FLOPs) are not those of "
-                  f"a step ({step_flops} FLOPs)")
+            print(
+                f"ERROR: the floor's products ({matmul_flops(floor)} FLOPs) are not those of "
+                f"a step ({step_flops} FLOPs)"
+            )
             return 1
         for _ in range(20):  # warm-up: allocator, caches
             floor()
@@ -216,34 +260,45 @@ def main() -> int:
                 jobs = {"cached": decode(n, True), "uncached": decode(n, False)}
                 order = list(jobs) if r % 2 == 0 else list(jobs)[::-1]
                 got = {name: timed(jobs[name], now)[clock] for name in order}
-                paths = {fast: paired_steps(n, fast) for fast in ((True, False) if r % 2 == 0
-                                                                  else (False, True))}
+                paths = {
+                    fast: paired_steps(n, fast)
+                    for fast in ((True, False) if r % 2 == 0 else (False, True))
+                }
             floors, steps = paths[True]
             per_floor.append(statistics.median(floors))
             per_step.append(statistics.median(steps))
-            ratios = {fast: statistics.median(s / f for s, f in zip(st, fl, strict=True))
-                      for fast, (fl, st) in paths.items()}
+            ratios = {
+                fast: statistics.median(s / f for s, f in zip(st, fl, strict=True))
+                for fast, (fl, st) in paths.items()
+            }
             step_ratio.append(ratios[True])
             module_ratio.append(ratios[False])
             module_over_fast.append(ratios[False] / ratios[True])  # each against its floor
             speedup.append(got["uncached"] / got["cached"])
 
         def spread(xs: list[float], fmt: str) -> str:
-            return (f"median {statistics.median(xs):{fmt}} (rounds {min(xs):{fmt}}-"
-                    f"{max(xs):{fmt}})")
+            return f"median {statistics.median(xs):{fmt}} (rounds {min(xs):{fmt}}-{max(xs):{fmt}})"
 
         step_ok = max(step_ratio) <= STEP_TARGET
         target = SPEEDUP_TARGETS.get(n)
         fast_ok = target is None or min(speedup) >= target
         ok = ok and step_ok and fast_ok
-        print(f"{n:4d} new tokens: floor {spread([1e3 * f for f in per_floor], '.3f')} ms, "
-              f"cached step {spread([1e3 * s for s in per_step], '.3f')} ms")
-        print(f"     step / floor {spread(step_ratio, '.2f')}x, target <= {STEP_TARGET}x "
-              f"{'met' if step_ok else 'MISSED'}")
-        print(f"     module path: step / floor {spread(module_ratio, '.2f')}x, "
-              f"{spread(module_over_fast, '.2f')}x the fast step's")
-        print(f"     speed-up of caching {spread(speedup, '.2f')}x"
-              + (f", target >= {target:.0f}x {'met' if fast_ok else 'MISSED'}" if target else ""))
+        print(
+            f"{n:4d} new tokens: floor {spread([1e3 * f for f in per_floor], '.3f')} ms, "
+            f"cached step {spread([1e3 * s for s in per_step], '.3f')} ms"
+        )
+        print(
+            f"     step / floor {spread(step_ratio, '.2f')}x, target <= {STEP_TARGET}x "
+            f"{'met' if step_ok else 'MISSED'}"
+        )
+        print(
+            f"     module path: step / floor {spread(module_ratio, '.2f')}x, "
+            f"{spread(module_over_fast, '.2f')}x the fast step's"
+        )
+        print(
+            f"     speed-up of caching {spread(speedup, '.2f')}x"
+            + (f", target >= {target:.0f}x {'met' if fast_ok else 'MISSED'}" if target else "")
+        )
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok or args.no_check else 1
 

@@ -58,14 +58,18 @@ class TorchTransformer(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        layer = dict(d_model=D_MODEL, nhead=HEADS, dim_feedforward=D_FF, dropout=DROPOUT,
-                     batch_first=True)
+        layer = dict(
+            d_model=D_MODEL, nhead=HEADS, dim_feedforward=D_FF, dropout=DROPOUT, batch_first=True
+        )
         self.core = nn.Transformer(
             custom_encoder=nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), LAYERS),
             custom_decoder=nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), LAYERS),
-            d_model=D_MODEL, nhead=HEADS, batch_first=True)
+            d_model=D_MODEL,
+            nhead=HEADS,
+            batch_first=True,
+        )
         self.embed = nn.Embedding(VOCAB, D_MODEL)  # source, target and output: one matrix
-        nn.init.normal_(self.embed.weight, std=D_MODEL ** -0.5)
+        nn.init.normal_(self.embed.weight, std=D_MODEL**-0.5)
         self.register_buffer("pe", sinusoidal_encoding(LENGTH, D_MODEL), persistent=False)
         self.dropout = nn.Dropout(DROPOUT)
 
@@ -73,9 +77,14 @@ class TorchTransformer(nn.Module):
         return self.dropout(self.embed(ids) * math.sqrt(D_MODEL) + self.pe[: ids.shape[1]])
 
     def forward(self, src, tgt, src_padding, causal):
-        out = self.core(self._embed(src), self._embed(tgt), tgt_mask=causal,
-                        src_key_padding_mask=src_padding, memory_key_padding_mask=src_padding,
-                        tgt_is_causal=True)
+        out = self.core(
+            self._embed(src),
+            self._embed(tgt),
+            tgt_mask=causal,
+            src_key_padding_mask=src_padding,
+            memory_key_padding_mask=src_padding,
+            tgt_is_causal=True,
+        )
         return F.linear(out, self.embed.weight)  # (B, T, V)
 
 
@@ -88,7 +97,7 @@ def alternate(fns: dict, rounds: int, number: int = 1) -> dict[str, list[float]]
     """Per-round times of each function, the order alternating from round to round."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(rounds):
-        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
+        for name in list(fns) if r % 2 == 0 else list(fns)[::-1]:
             times[name].append(timed(fns[name], number))
     return times
 
@@ -101,8 +110,12 @@ def ratios(times: dict[str, list[float]], a: str, b: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads (default 1; 0 keeps torch's choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads (default 1; 0 keeps torch's choice)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--no-check", action="store_true", help="print only, exit 0")
     args = parser.parse_args()
@@ -120,15 +133,31 @@ def main() -> int:
     tgt_in, labels = tgt[:, :-1], tgt[:, 1:]
 
     torch.manual_seed(0)
-    ours = Transformer(VOCAB, VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS,
-                       d_ff=D_FF, dropout=DROPOUT, max_len=LENGTH).to(device).train()
+    ours = (
+        Transformer(
+            VOCAB,
+            VOCAB,
+            d_model=D_MODEL,
+            num_heads=HEADS,
+            num_layers=LAYERS,
+            d_ff=D_FF,
+            dropout=DROPOUT,
+            max_len=LENGTH,
+        )
+        .to(device)
+        .train()
+    )
     theirs = TorchTransformer().to(device).train()
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
-    optimizers = {"ours": torch.optim.Adam(ours.parameters(), lr=1e-4),
-                  "torch": torch.optim.Adam(theirs.parameters(), lr=1e-4)}
+    optimizers = {
+        "ours": torch.optim.Adam(ours.parameters(), lr=1e-4),
+        "torch": torch.optim.Adam(theirs.parameters(), lr=1e-4),
+    }
     torch_padding, torch_causal = ~src_mask[:, 0, 0], ~causal_mask(LENGTH, device=device)
-    forwards = {"ours": lambda: ours(src, tgt_in, src_mask=src_mask),
-                "torch": lambda: theirs(src, tgt_in, torch_padding, torch_causal)}
+    forwards = {
+        "ours": lambda: ours(src, tgt_in, src_mask=src_mask),
+        "torch": lambda: theirs(src, tgt_in, torch_padding, torch_causal),
+    }
 
     def train_step(name: str):
         def step() -> None:
@@ -136,35 +165,45 @@ def main() -> int:
             logits = forwards[name]()
             F.cross_entropy(logits.reshape(-1, VOCAB), labels.reshape(-1)).backward()
             optimizers[name].step()
+
         return step
 
     steps = {name: train_step(name) for name in forwards}
     for step in steps.values():  # warm-up
         step()
         step()
-    print(f"d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
-          f"vocab={VOCAB}, batch {BATCH} x {LENGTH} tokens; torch {torch.__version__}, {device}, "
-          f"{torch.get_num_threads()} thread(s), {args.rounds} alternating rounds")
+    print(
+        f"d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
+        f"vocab={VOCAB}, batch {BATCH} x {LENGTH} tokens; torch {torch.__version__}, {device}, "
+        f"{torch.get_num_threads()} thread(s), {args.rounds} alternating rounds"
+    )
     train = alternate(steps, args.rounds)
-    print(f"training step: ours {1e3 * statistics.median(train['ours']):.0f} ms, torch "
-          f"{1e3 * statistics.median(train['torch']):.0f} ms; ours / torch "
-          f"{ratios(train, 'ours', 'torch')}")
+    print(
+        f"training step: ours {1e3 * statistics.median(train['ours']):.0f} ms, torch "
+        f"{1e3 * statistics.median(train['torch']):.0f} ms; ours / torch "
+        f"{ratios(train, 'ours', 'torch')}"
+    )
 
     reference = theirs.core.encoder.eval()
     encoder = Encoder.from_torch(reference).eval()
     x = torch.randn(BATCH, LENGTH, D_MODEL, generator=gen).to(device)
     with torch.inference_mode():
-        variants = {"ours": lambda: encoder(x), "torch": lambda: reference(x),
-                    "ours, padded": lambda: encoder(x, src_mask),
-                    "torch, padded": lambda: reference(x, src_key_padding_mask=torch_padding)}
+        variants = {
+            "ours": lambda: encoder(x),
+            "torch": lambda: reference(x),
+            "ours, padded": lambda: encoder(x, src_mask),
+            "torch, padded": lambda: reference(x, src_key_padding_mask=torch_padding),
+        }
         for fn in variants.values():
             fn()
         enc = alternate(variants, args.rounds, number=3)
     for pad in ("", ", padded"):
-        print(f"encoder forward{pad or ', no padding'}: ours "
-              f"{1e3 * statistics.median(enc['ours' + pad]):.1f} ms, torch "
-              f"{1e3 * statistics.median(enc['torch' + pad]):.1f} ms; ours / torch "
-              f"{ratios(enc, 'ours' + pad, 'torch' + pad)}")
+        print(
+            f"encoder forward{pad or ', no padding'}: ours "
+            f"{1e3 * statistics.median(enc['ours' + pad]):.1f} ms, torch "
+            f"{1e3 * statistics.median(enc['torch' + pad]):.1f} ms; ours / torch "
+            f"{ratios(enc, 'ours' + pad, 'torch' + pad)}"
+        )
 
     train_ratios = [x / y for x, y in zip(train["ours"], train["torch"], strict=True)]
     ok = statistics.median(train_ratios) <= TARGET

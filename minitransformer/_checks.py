@@ -101,8 +101,14 @@ _KINDS = {
 }
 
 
-def tensor(name: str, x: object, *, kind: str | None = None, ndim: int | None = None,
-           what: str | None = None) -> Tensor:
+def tensor(
+    name: str,
+    x: object,
+    *,
+    kind: str | None = None,
+    ndim: int | None = None,
+    what: str | None = None,
+) -> Tensor:
     """Check that ``x`` is a tensor of the given dtype ``kind`` ("float", "int" or "bool") and
     number of dimensions. ``what`` describes the expected shape in the message, e.g. "(B, S)".
     Returns ``x``."""

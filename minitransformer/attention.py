@@ -38,7 +38,11 @@ __all__ = [
 
 
 def scaled_dot_product_attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, *,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    *,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """``softmax(Q K^T / sqrt(d_k)) V``: returns ``(output, weights)``.
@@ -283,8 +287,13 @@ class MultiHeadAttention(nn.Module):
         out, weights = self._attend(q, k, v, mask, need_weights)  # 4. (B, h, T, d_v)
         return self.w_o(merge_heads(out)), weights  # 5. Concat(heads) W^O: (B, T, d_model)
 
-    def _cached_step(self, x: Tensor, cache: AttentionCache, memory: Tensor | None = None,
-                     mask: Tensor | None = None) -> Tensor:
+    def _cached_step(
+        self,
+        x: Tensor,
+        cache: AttentionCache,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+    ) -> Tensor:
         """:meth:`forward` for one new query row with a cache, in eval mode, without weights:
         ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast cached step
         (``minitransformer.model.Decoder._can_step`` says when and why).
@@ -310,8 +319,7 @@ class MultiHeadAttention(nn.Module):
         # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
         return F.linear(out.view(B, 1, h * d_k), self.w_o.weight, self.w_o.bias)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor
-                 ) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q ``(B, h, T, d_k)``, K and V ``(B, h_kv, S, d_k)``; one matmul per input tensor."""
         h, h_kv = self.num_heads, self.num_kv_heads
         if query is key is value:  # self-attention: Q, K and V at once
@@ -325,23 +333,27 @@ class MultiHeadAttention(nn.Module):
             return q, k, v
         return q, split_heads(self.w_k(key), h_kv), split_heads(self.w_v(value), h_kv)
 
-    def _rotate(self, q: Tensor, k: Tensor, cache: AttentionCache | None,
-                start: int | None) -> tuple[Tensor, Tensor]:
+    def _rotate(
+        self, q: Tensor, k: Tensor, cache: AttentionCache | None, start: int | None
+    ) -> tuple[Tensor, Tensor]:
         """RoPE: query row ``t`` and new key row ``t`` sit at position ``start + t``. Keys are
         rotated once, before caching: a key's position never changes."""
         if start is None:
             start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + max(q.shape[2], k.shape[2]), device=q.device)
-        return (rotary_embedding(q, positions[: q.shape[2]]),
-                rotary_embedding(k, positions[: k.shape[2]]))
+        return (
+            rotary_embedding(q, positions[: q.shape[2]]),
+            rotary_embedding(k, positions[: k.shape[2]]),
+        )
 
     def _repeat_kv(self, x: Tensor) -> Tensor:
         """Grouped-query attention: each K/V head serves ``h / h_kv`` query heads."""
         group = self.num_heads // self.num_kv_heads
         return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, h, S, d)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None,
-                need_weights: bool) -> tuple[Tensor, Tensor | None]:
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
         """Scaled dot-product attention per head, dropout on the weights in training."""
         if mask is not None:
             B, h, T = q.shape[:3]
@@ -351,17 +363,29 @@ class MultiHeadAttention(nn.Module):
             return scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
 
-    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor,
-                      cache: AttentionCache | None, start: int | None) -> None:
+    def _check_inputs(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        cache: AttentionCache | None,
+        start: int | None,
+    ) -> None:
         """Raise, naming the shapes, unless the inputs are ``(B, T|S, d_model)`` tensors in the
         module's dtype and on its device (the common case costs no message)."""
         w = self.in_proj_weight
         if cache is not None and not isinstance(cache, AttentionCache):
             raise TypeError(f"cache must be an AttentionCache, got {type(cache).__name__}")
-        if (start is None and (cache is None or not self.rotary) and isinstance(query, Tensor)
-                and self._fits(query, w) and (key is query or self._fits(key, w))
-                and (value is key or self._fits(value, w)) and key.shape[:2] == value.shape[:2]
-                and query.shape[0] == key.shape[0]):
+        if (
+            start is None
+            and (cache is None or not self.rotary)
+            and isinstance(query, Tensor)
+            and self._fits(query, w)
+            and (key is query or self._fits(key, w))
+            and (value is key or self._fits(value, w))
+            and key.shape[:2] == value.shape[:2]
+            and query.shape[0] == key.shape[0]
+        ):
             return  # the common case, no message built
         for name, x in (("query", query), ("key", key), ("value", value)):
             tensor(name, x, kind="float", ndim=3, what="(B, length, d_model)")
@@ -389,8 +413,13 @@ class MultiHeadAttention(nn.Module):
 
     def _fits(self, x: Tensor, w: Tensor) -> bool:
         """Whether ``x`` is a ``(B, L, d_model)`` tensor in ``w``'s dtype and on its device."""
-        return (isinstance(x, Tensor) and x.dim() == 3 and x.shape[2] == self.d_model
-                and x.dtype == w.dtype and x.device == w.device)
+        return (
+            isinstance(x, Tensor)
+            and x.dim() == 3
+            and x.shape[2] == self.d_model
+            and x.dtype == w.dtype
+            and x.device == w.device
+        )
 
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
@@ -409,8 +438,12 @@ class MultiHeadAttention(nn.Module):
             )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn have no counterpart here")
-        new = cls(module.embed_dim, module.num_heads, dropout=module.dropout,
-                  bias=module.in_proj_bias is not None)
+        new = cls(
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+        )
         new.to(device=module.in_proj_weight.device, dtype=module.in_proj_weight.dtype)
         new._copy_torch_weights(module)
         return new.train(module.training)
@@ -426,8 +459,10 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         kv = f", num_kv_heads={self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, head_dim={self.d_k}"
-                f"{', rotary=True' if self.rotary else ''}")
+        return (
+            f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, head_dim={self.d_k}"
+            f"{', rotary=True' if self.rotary else ''}"
+        )
 
 
 # -- argument checks ----------------------------------------------------------------------
@@ -470,8 +505,9 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> tuple[int, ...]:
     return batch
 
 
-def check_mask(name: str, mask: Tensor | None, shape: tuple[int, int, int, int], *,
-               allow_2d: bool = True) -> None:
+def check_mask(
+    name: str, mask: Tensor | None, shape: tuple[int, int, int, int], *, allow_2d: bool = True
+) -> None:
     """Raise unless ``mask`` is None or a boolean ``(b, g, t, S)`` tensor where each of
     ``b, g, t`` is 1 or the size in ``shape = (B, h, T, S)``; with ``allow_2d`` also ``(t, S)``.
 
@@ -487,14 +523,16 @@ def check_mask(name: str, mask: Tensor | None, shape: tuple[int, int, int, int],
         return
     if allow_2d and len(m) == 2 and m[0] in (1, T) and m[1] == S:
         return
-    letters = ", ".join("1" if size == 1 else letter for letter, size in
-                        zip("BhT", shape[:3], strict=True))
+    letters = ", ".join(
+        "1" if size == 1 else letter for letter, size in zip("BhT", shape[:3], strict=True)
+    )
     forms = f"({letters}, S) = {tuple(shape)}" + (f" or (T, S) = ({T}, {S})" if allow_2d else "")
     raise ValueError(f"{name} must have shape {forms} (a size other than S may be 1), got {m}")
 
 
-def _check_broadcast_mask(mask: Tensor, scores_shape: tuple[int, ...], query: Tensor,
-                          key: Tensor) -> None:
+def _check_broadcast_mask(
+    mask: Tensor, scores_shape: tuple[int, ...], query: Tensor, key: Tensor
+) -> None:
     """Raise unless ``mask`` is boolean and broadcasts to ``scores_shape`` without adding
     leading dimensions (a ``(B, 1, 1, S)`` mask on 3-D queries would make ``(B, B, T, S)``)."""
     _check_boolean("mask", mask)
@@ -520,8 +558,7 @@ def _broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     attention call), None where the shapes do not broadcast."""
     ndim = max((len(shape) for shape in shapes), default=0)
     out: list[int] = []
-    for sizes in zip(*((1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes),
-                     strict=True):
+    for sizes in zip(*((1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes), strict=True):
         size = 1
         for s in sizes:
             if s != 1:

@@ -88,8 +88,9 @@ def apply_task(task: str, tokens: Tensor) -> Tensor:
     _check_task(task)
     _checks.tensor("tokens", tokens, kind="int")
     if tokens.dim() != 1:
-        raise ValueError("apply_task expects one sequence of shape (n,), "
-                         f"got {tuple(tokens.shape)}")
+        raise ValueError(
+            f"apply_task expects one sequence of shape (n,), got {tuple(tokens.shape)}"
+        )
     if task == "copy":
         return tokens.clone()
     if task == "reverse":
@@ -167,8 +168,9 @@ def src_padding_mask(src: Tensor, pad_id: int = PAD_ID) -> Tensor:
     return (src != pad_id)[:, None, None, :]  # (B, 1, 1, S)
 
 
-def strip_special(row: Tensor | list[int], eos_id: int = EOS_ID, bos_id: int = BOS_ID,
-                  pad_id: int = PAD_ID) -> list[int]:
+def strip_special(
+    row: Tensor | list[int], eos_id: int = EOS_ID, bos_id: int = BOS_ID, pad_id: int = PAD_ID
+) -> list[int]:
     """The content tokens of one decoded row ``(length,)``: drop a leading BOS, cut at the
     first EOS, drop PAD. ``strip_special([BOS, 5, 7, EOS, PAD]) == [5, 7]``."""
     if isinstance(row, Tensor):

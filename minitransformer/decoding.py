@@ -72,11 +72,15 @@ def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor |
         return None if bool(mask.all()) else mask  # no padding: nothing to hide
     tensor("src_mask", src_mask, kind="bool", ndim=4, what="(B, 1, 1, S)")
     if src_mask.shape[0] not in (1, B):
-        raise ValueError(f"src_mask of shape {tuple(src_mask.shape)} does not match the batch "
-                         f"of src {tuple(src.shape)}")
+        raise ValueError(
+            f"src_mask of shape {tuple(src_mask.shape)} does not match the batch "
+            f"of src {tuple(src.shape)}"
+        )
     if src_mask.shape[1:] != (1, 1, S):
-        raise ValueError(f"src_mask must have shape (B, 1, 1, S) = {(B, 1, 1, S)} for src "
-                         f"{tuple(src.shape)}, got {tuple(src_mask.shape)}")
+        raise ValueError(
+            f"src_mask must have shape (B, 1, 1, S) = {(B, 1, 1, S)} for src "
+            f"{tuple(src.shape)}, got {tuple(src_mask.shape)}"
+        )
     return src_mask
 
 
@@ -85,29 +89,42 @@ class _EncoderDecoder(Protocol):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
 
-    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               cache: KVCache | None = None) -> Tensor: ...
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor: ...
 
 
 def _check_model(model: object) -> _EncoderDecoder:
     """Decoders take a :class:`~minitransformer.model.Transformer`, or anything with the same
     ``encode`` and ``decode``; returns ``model``, typed as having them."""
     if not (callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None))):
-        raise TypeError(f"model must have encode() and decode() (a Transformer), got "
-                        f"{type(model).__name__}")
+        raise TypeError(
+            f"model must have encode() and decode() (a Transformer), got {type(model).__name__}"
+        )
     return cast(_EncoderDecoder, model)  # checked just above
 
 
 def _check_decode_args(
-    model: nn.Module, src: Tensor, src_mask: Tensor | None, bos_id: int, eos_id: int | None,
-    pad_id: int, cache_cls: type[AttentionCache] | None,
+    model: nn.Module,
+    src: Tensor,
+    src_mask: Tensor | None,
+    bos_id: int,
+    eos_id: int | None,
+    pad_id: int,
+    cache_cls: type[AttentionCache] | None,
 ) -> tuple[_EncoderDecoder, Tensor | None]:
     """The checks both decoders share; returns ``model`` (see _check_model) and the
     ``src_mask`` to use (see _check_source)."""
     seq2seq = _check_model(model)
     _check_ids(model, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
-    if cache_cls is not None and not (isinstance(cache_cls, type)
-                                      and issubclass(cache_cls, AttentionCache)):
+    if cache_cls is not None and not (
+        isinstance(cache_cls, type) and issubclass(cache_cls, AttentionCache)
+    ):
         raise TypeError(f"cache_cls must be a subclass of AttentionCache, got {cache_cls!r}")
     return seq2seq, _check_source(src, src_mask, pad_id)
 
@@ -139,8 +156,7 @@ def greedy_decode(
     False recomputes the whole prefix. Same tokens either way.
     """
     max_len = positive_int("max_len", max_len)
-    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id,
-                                           cache_cls)
+    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
     B = src.shape[0]
     if B == 0:
         return _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
@@ -157,8 +173,9 @@ def greedy_decode(
             if cache is None:  # the whole prefix
                 logits = seq2seq.decode(ys[:, :t], memory, src_mask=src_mask)[:, -1]  # (B, V)
             else:  # only the newest token; the cache holds the keys/values of the others
-                logits = seq2seq.decode(ys[:, t - 1 : t], memory, src_mask=src_mask,
-                                      cache=cache)[:, -1]  # (B, V)
+                logits = seq2seq.decode(ys[:, t - 1 : t], memory, src_mask=src_mask, cache=cache)[
+                    :, -1
+                ]  # (B, V)
             next_token = logits.argmax(dim=-1)  # (B,)
             if eos_id is not None:
                 next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
@@ -188,12 +205,23 @@ def beam_search(
     """Beam search (section "Decoding the trained model"): the ``(B, L)`` ids of
     :func:`beam_search_with_scores`, which takes the same arguments."""
     return beam_search_with_scores(
-        model, src, max_len, bos_id, eos_id, beam_size=beam_size, length_penalty=length_penalty,
-        src_mask=src_mask, pad_id=pad_id, use_cache=use_cache, cache_cls=cache_cls)[0]
+        model,
+        src,
+        max_len,
+        bos_id,
+        eos_id,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        src_mask=src_mask,
+        pad_id=pad_id,
+        use_cache=use_cache,
+        cache_cls=cache_cls,
+    )[0]
 
 
-def _keep_best(best: tuple[Tensor, Tensor, Tensor], score: Tensor, seqs: Tensor,
-               length: int) -> tuple[Tensor, Tensor, Tensor]:
+def _keep_best(
+    best: tuple[Tensor, Tensor, Tensor], score: Tensor, seqs: Tensor, length: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per example, the first highest ``score`` ``(B, k)`` replaces ``best`` if strictly higher
     (so of equal scores the one that finished first wins); ``seqs`` ``(B, k, max_len)``."""
     best_score, best_seq, best_len = best  # (B,), (B, max_len), (B,)
@@ -201,8 +229,11 @@ def _keep_best(best: tuple[Tensor, Tensor, Tensor], score: Tensor, seqs: Tensor,
     new = score.gather(1, i)[:, 0]  # (B,)
     better = new > best_score
     seq = seqs.gather(1, i[..., None].expand(-1, -1, seqs.shape[-1]))[:, 0]  # (B, max_len)
-    return (torch.where(better, new, best_score), torch.where(better[:, None], seq, best_seq),
-            best_len.masked_fill(better, length))
+    return (
+        torch.where(better, new, best_score),
+        torch.where(better[:, None], seq, best_seq),
+        best_len.masked_fill(better, length),
+    )
 
 
 def beam_search_with_scores(
@@ -234,8 +265,7 @@ def beam_search_with_scores(
     """
     max_len, k = positive_int("max_len", max_len), positive_int("beam_size", beam_size)
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
-    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id,
-                                           cache_cls)
+    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
     B, device = src.shape[0], src.device
     if B == 0:
         out = _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
@@ -253,8 +283,11 @@ def beam_search_with_scores(
         logp[:, 0] = 0.0  # one live hypothesis to start with: BOS
         n_live = torch.ones(B, dtype=torch.long, device=device)  # live hypotheses per example
         n_done = torch.zeros(B, dtype=torch.long, device=device)  # finished ones (slots taken)
-        best = (torch.full((B,), float("-inf"), dtype=torch.float64, device=device),
-                seqs[:, 0].clone(), torch.ones(B, dtype=torch.long, device=device))
+        best = (
+            torch.full((B,), float("-inf"), dtype=torch.float64, device=device),
+            seqs[:, 0].clone(),
+            torch.ones(B, dtype=torch.long, device=device),
+        )
         slot = torch.arange(k, device=device)  # (k,)
         first_row = torch.arange(B, device=device)[:, None] * k  # (B, 1): example b's first row
         for t in range(1, max_len):  # t tokens generated after this step
@@ -262,8 +295,9 @@ def beam_search_with_scores(
             if cache is None:  # the whole prefix
                 logits = seq2seq.decode(rows[:, :t], memory, src_mask=src_mask)[:, -1]
             else:  # only the newest token; the cache holds the rest
-                logits = seq2seq.decode(rows[:, t - 1 : t], memory, src_mask=src_mask,
-                                      cache=cache)[:, -1]  # (B * k, V)
+                logits = seq2seq.decode(rows[:, t - 1 : t], memory, src_mask=src_mask, cache=cache)[
+                    :, -1
+                ]  # (B * k, V)
             log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B * k, V)
             V = log_probs.shape[-1]
             candidates = logp[:, :, None] + log_probs.view(B, k, V)  # (B, k, V) every extension
@@ -277,7 +311,8 @@ def beam_search_with_scores(
             grown[:, :, t] = token
             if bool(ended.any()):  # finished hypotheses leave the beam, scored
                 score = (top_logp.double() / length_penalty_factor(t, alpha)).masked_fill(
-                    ~ended, float("-inf"))
+                    ~ended, float("-inf")
+                )
                 best = _keep_best(best, score, grown, t + 1)
             # The live extensions move to the first slots, best first (a stable sort on ~live).
             order = (~live).to(torch.uint8).argsort(dim=1, stable=True)  # (B, k)
@@ -293,7 +328,8 @@ def beam_search_with_scores(
                 cache.reorder((first_row + parent).view(-1), cross_attention=False)
         else:  # max_len reached: the live hypotheses end here without EOS
             score = (logp.double() / length_penalty_factor(max_len - 1, alpha)).masked_fill(
-                slot >= n_live[:, None], float("-inf"))
+                slot >= n_live[:, None], float("-inf")
+            )
             best = _keep_best(best, score, seqs, max_len)
         best_score, best_seq, best_len = best
         out = best_seq[:, : int(best_len.max())]
@@ -322,8 +358,9 @@ def sequence_score(
     _check_ids(model, eos_id=eos_id, pad_id=pad_id)
     src_mask = _check_source(src, src_mask, pad_id)
     if seqs.shape[0] != src.shape[0]:
-        raise ValueError(f"seqs (B, L) = {tuple(seqs.shape)} must have the batch size of src "
-                         f"{tuple(src.shape)}")
+        raise ValueError(
+            f"seqs (B, L) = {tuple(seqs.shape)} must have the batch size of src {tuple(src.shape)}"
+        )
     B, L = seqs.shape
     if L < 2 or B == 0:
         return torch.zeros(B, device=seqs.device)

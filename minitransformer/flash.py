@@ -35,8 +35,12 @@ def _check_step(m: Tensor, ell: Tensor, acc: Tensor, scores: Tensor, values: Ten
         if x.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(x.shape)}")
     lead, T = scores.shape[:-2], scores.shape[-2]
-    shapes = {"m": (*lead, T, 1), "ell": (*lead, T, 1), "acc": (*lead, T, values.shape[-1]),
-              "values": (*lead, scores.shape[-1], values.shape[-1])}
+    shapes = {
+        "m": (*lead, T, 1),
+        "ell": (*lead, T, 1),
+        "acc": (*lead, T, values.shape[-1]),
+        "values": (*lead, scores.shape[-1], values.shape[-1]),
+    }
     for name, x in (("m", m), ("ell", ell), ("acc", acc), ("values", values)):
         if tuple(x.shape) != shapes[name]:
             raise ValueError(

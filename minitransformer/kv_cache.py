@@ -92,8 +92,9 @@ class AttentionCache:
             return keys, values
         return keys[:, :, :end], values[:, :, :end]
 
-    def update(self, key: Tensor, value: Tensor, *, source: Tensor | None = None
-               ) -> tuple[Tensor, Tensor]:
+    def update(
+        self, key: Tensor, value: Tensor, *, source: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Store ``key``/``value`` ``(B, h_kv, n, d)`` after the cached positions; return all
         positions so far, ``(B, h_kv, length, d)``. ``source``: for a static cache, the encoder
         output they were computed from (what :meth:`holds` compares with).
@@ -112,16 +113,25 @@ class AttentionCache:
         n = key.shape[2]
         if self.keys is None:
             self._allocate(key, value, n if self.static else max(self.max_len or 0, n, 1))
-            self._like = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype,
-                          key.device)
+            self._like = (
+                key.shape[0],
+                key.shape[1],
+                key.shape[3],
+                value.shape[3],
+                key.dtype,
+                key.device,
+            )
         elif self.static:
             raise ValueError("a static (cross-attention) cache is filled once")
         else:
             got = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype, key.device)
             if got != self._like:
-                cached = ", ".join(f"{name}={v}" for name, v in
-                                   zip(("B", "h_kv", "d_k", "d_v", "dtype", "device"), self._like,
-                                       strict=True))
+                cached = ", ".join(
+                    f"{name}={v}"
+                    for name, v in zip(
+                        ("B", "h_kv", "d_k", "d_v", "dtype", "device"), self._like, strict=True
+                    )
+                )
                 raise ValueError(
                     f"new keys {tuple(key.shape)} / values {tuple(value.shape)} ({key.dtype}, "
                     f"{key.device}) do not match the cache ({cached})"
@@ -144,8 +154,12 @@ class AttentionCache:
         come from the same weights as the earlier steps'. Falls back to :meth:`update` (checks
         included) for the first step, a new batch size, and when the buffers must grow."""
         end = self.length + key.shape[2]
-        if (self.keys is None or self.static or end > self.keys.shape[2]
-                or key.shape[0] != self.keys.shape[0]):
+        if (
+            self.keys is None
+            or self.static
+            or end > self.keys.shape[2]
+            or key.shape[0] != self.keys.shape[0]
+        ):
             return self.update(key, value)
         self._write(self.length, end, key, value)
         self.length = end
@@ -165,8 +179,11 @@ class AttentionCache:
             return False
         if source is self.source:
             return True
-        if (tensor("source", source).shape == self.source.shape
-                and source.device == self.source.device and torch.equal(source, self.source)):
+        if (
+            tensor("source", source).shape == self.source.shape
+            and source.device == self.source.device
+            and torch.equal(source, self.source)
+        ):
             self.source = source
             return True
         raise ValueError(
@@ -242,8 +259,12 @@ class KVCache:
     """
 
     def __init__(
-        self, num_layers: int, max_len: int | None = None,
-        cache_cls: type[AttentionCache] | None = None, *, cross_attention: bool = True,
+        self,
+        num_layers: int,
+        max_len: int | None = None,
+        cache_cls: type[AttentionCache] | None = None,
+        *,
+        cross_attention: bool = True,
     ) -> None:
         positive_int("num_layers", num_layers)
         cache_cls = AttentionCache if cache_cls is None else cache_cls
@@ -260,7 +281,9 @@ class KVCache:
 
     @classmethod
     def for_model(
-        cls, model: nn.Module, max_len: int | None = None,
+        cls,
+        model: nn.Module,
+        max_len: int | None = None,
         cache_cls: type[AttentionCache] | None = None,
     ) -> KVCache:
         """An empty cache for ``model`` (anything with ``model.decoder.layers``)."""
@@ -305,5 +328,4 @@ class KVCache:
         return self.self_attn_nbytes + self.cross_attn_nbytes
 
     def __repr__(self) -> str:
-        return (f"KVCache(layers={len(self.layers)}, length={self.length}, "
-                f"nbytes={self.nbytes:,})")
+        return f"KVCache(layers={len(self.layers)}, length={self.length}, nbytes={self.nbytes:,})"

@@ -43,23 +43,41 @@ def _parser() -> argparse.ArgumentParser:
             "sequence and per batch, and what grouped-query attention saves."
         ),
         epilog=f"Known models: {', '.join(sorted(MODEL_CONFIGS))}. Example: {PROG} llama-2-7b "
-               "--seq-len 4096 --batch-size 8 --dtype bf16",
+        "--seq-len 4096 --batch-size 8 --dtype bf16",
     )
     parser.add_argument(
-        "model", nargs="?",
+        "model",
+        nargs="?",
         help="a known model (see below), or a Hugging Face config.json (or its folder); omit "
-             "it and give --layers, --kv-heads and --head-dim for your own model")
+        "it and give --layers, --kv-heads and --head-dim for your own model",
+    )
     parser.add_argument(
-        "--seq-len", "--context", type=_positive, dest="seq_len",
+        "--seq-len",
+        "--context",
+        type=_positive,
+        dest="seq_len",
         help="positions per sequence (default: the model's context length; 1024 where the "
-             "model sets none)")
-    parser.add_argument("--batch-size", "--batch", type=_positive, default=1, dest="batch_size",
-                        help="sequences (default: 1)")
-    parser.add_argument("--src-len", type=_positive,
-                        help="encoder-decoder models: source positions for the cross-attention "
-                             "cache (default: --seq-len)")
-    parser.add_argument("--dtype", choices=list(DTYPE_BYTES),
-                        help="element type of the cache (default: the config's, else bf16)")
+        "model sets none)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        "--batch",
+        type=_positive,
+        default=1,
+        dest="batch_size",
+        help="sequences (default: 1)",
+    )
+    parser.add_argument(
+        "--src-len",
+        type=_positive,
+        help="encoder-decoder models: source positions for the cross-attention "
+        "cache (default: --seq-len)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=list(DTYPE_BYTES),
+        help="element type of the cache (default: the config's, else bf16)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--list", action="store_true", help="list the known models and exit")
     custom = parser.add_argument_group("a model of your own (instead of a name)")
@@ -83,17 +101,28 @@ def _model_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 return ModelConfig.from_hf_config(args.model)
             except (OSError, ValueError) as exc:
                 parser.error(str(exc))
-        parser.error(f"unknown model {args.model!r}: neither a known model "
-                     f"({', '.join(sorted(MODEL_CONFIGS))}) nor a config.json file")
+        parser.error(
+            f"unknown model {args.model!r}: neither a known model "
+            f"({', '.join(sorted(MODEL_CONFIGS))}) nor a config.json file"
+        )
     missing = [flag for flag, value in custom.items() if value is None]
     if missing:
-        parser.error(f"give a model name, or all of {', '.join(custom)} (missing: "
-                     f"{', '.join(missing)})")
+        parser.error(
+            f"give a model name, or all of {', '.join(custom)} (missing: {', '.join(missing)})"
+        )
     heads = args.heads if args.heads is not None else args.kv_heads
     if heads % args.kv_heads:
         parser.error(f"--kv-heads {args.kv_heads} must divide --heads {heads}")
-    return ModelConfig("custom", args.layers, heads, args.kv_heads, args.head_dim,
-                       heads * args.head_dim, None, "command line")
+    return ModelConfig(
+        "custom",
+        args.layers,
+        heads,
+        args.kv_heads,
+        args.head_dim,
+        heads * args.head_dim,
+        None,
+        "command line",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,20 +131,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.list:
         if args.json:
-            print(json.dumps({name: cfg.to_dict() for name, cfg in sorted(MODEL_CONFIGS.items())},
-                             indent=2))
+            print(
+                json.dumps(
+                    {name: cfg.to_dict() for name, cfg in sorted(MODEL_CONFIGS.items())}, indent=2
+                )
+            )
             return 0
         for name, cfg in sorted(MODEL_CONFIGS.items()):
-            print(f"{name:<18} {cfg.num_layers:>3} layers, {cfg.num_heads:>2} heads, "
-                  f"{cfg.num_kv_heads:>2} KV heads, head_dim {cfg.head_dim}  ({cfg.source})")
+            print(
+                f"{name:<18} {cfg.num_layers:>3} layers, {cfg.num_heads:>2} heads, "
+                f"{cfg.num_kv_heads:>2} KV heads, head_dim {cfg.head_dim}  ({cfg.source})"
+            )
         return 0
     cfg = _model_config(parser, args)
     seq_len = args.seq_len if args.seq_len is not None else (cfg.max_len or 1024)
     dtype = args.dtype or cfg.dtype or "bf16"
     try:
         if args.json:
-            print(json.dumps(estimate(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len),
-                             indent=2))
+            print(
+                json.dumps(
+                    estimate(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len), indent=2
+                )
+            )
         else:
             print(report(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len))
     except ValueError as exc:  # e.g. --src-len for a decoder-only model

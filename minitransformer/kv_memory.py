@@ -123,14 +123,17 @@ class ModelConfig:
             if getattr(self, name) is not None:
                 _size(name, getattr(self, name))
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_kv_heads={self.num_kv_heads} must divide "
-                             f"num_heads={self.num_heads}")
+            raise ValueError(
+                f"num_kv_heads={self.num_kv_heads} must divide num_heads={self.num_heads}"
+            )
         if self.num_sliding_layers is not None:
             if self.sliding_window is None:
                 raise ValueError("num_sliding_layers needs a sliding_window")
             if not 1 <= _size("num_sliding_layers", self.num_sliding_layers) <= self.num_layers:
-                raise ValueError(f"num_sliding_layers must be at most num_layers="
-                                 f"{self.num_layers}, got {self.num_sliding_layers}")
+                raise ValueError(
+                    f"num_sliding_layers must be at most num_layers="
+                    f"{self.num_layers}, got {self.num_sliding_layers}"
+                )
         if self.dtype is not None and self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {self.dtype!r}")
 
@@ -140,7 +143,7 @@ class ModelConfig:
 
     @property
     def attention(self) -> str:
-        """"MHA", "GQA" or "MQA", from the number of KV heads."""
+        """ "MHA", "GQA" or "MQA", from the number of KV heads."""
         if self.num_kv_heads == self.num_heads:
             return "MHA"
         return "MQA" if self.num_kv_heads == 1 else "GQA"
@@ -154,43 +157,54 @@ class ModelConfig:
 
     def bytes_per_token(self, bytes_per_element: int = 2) -> int:
         """KV-cache bytes one position adds (all layers, K and V)."""
-        return kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim, 1, 1,
-                              bytes_per_element)
+        return kv_cache_bytes(
+            self.num_layers, self.num_kv_heads, self.head_dim, 1, 1, bytes_per_element
+        )
 
     def cache_bytes(self, seq_len: int, batch_size: int = 1, bytes_per_element: int = 2) -> int:
         """Self-attention KV-cache bytes for ``batch_size`` sequences of ``seq_len`` positions.
 
         The layers with a sliding window keep only its last ``sliding_window`` positions.
         """
-        return self._self_attention_bytes(self.num_kv_heads, seq_len, batch_size,
-                                          bytes_per_element)
+        return self._self_attention_bytes(self.num_kv_heads, seq_len, batch_size, bytes_per_element)
 
-    def mha_cache_bytes(self, seq_len: int, batch_size: int = 1,
-                        bytes_per_element: int = 2) -> int:
+    def mha_cache_bytes(self, seq_len: int, batch_size: int = 1, bytes_per_element: int = 2) -> int:
         """The same cache if every query head had its own K and V (no GQA/MQA)."""
         return self._self_attention_bytes(self.num_heads, seq_len, batch_size, bytes_per_element)
 
-    def cross_cache_bytes(self, src_len: int, batch_size: int = 1,
-                          bytes_per_element: int = 2) -> int:
+    def cross_cache_bytes(
+        self, src_len: int, batch_size: int = 1, bytes_per_element: int = 2
+    ) -> int:
         """Cross-attention bytes: every decoder layer keeps the K/V of the ``src_len`` source
         positions (computed once from the encoder output). 0 for a decoder-only model."""
-        size = kv_cache_bytes(self.num_layers, self.num_kv_heads, self.head_dim, src_len,
-                              batch_size, bytes_per_element)
+        size = kv_cache_bytes(
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            src_len,
+            batch_size,
+            bytes_per_element,
+        )
         return size if self.encoder_decoder else 0
 
-    def _self_attention_bytes(self, kv_heads: int, seq_len: int, batch_size: int,
-                              bytes_per_element: int) -> int:
+    def _self_attention_bytes(
+        self, kv_heads: int, seq_len: int, batch_size: int, bytes_per_element: int
+    ) -> int:
         def layers(n: int, positions: int) -> int:
-            return kv_cache_bytes(n, kv_heads, self.head_dim, positions, batch_size,
-                                  bytes_per_element) if n else 0
+            return (
+                kv_cache_bytes(n, kv_heads, self.head_dim, positions, batch_size, bytes_per_element)
+                if n
+                else 0
+            )
 
         windowed = self.window_layers
         kept = seq_len if self.sliding_window is None else min(seq_len, self.sliding_window)
         return layers(self.num_layers - windowed, seq_len) + layers(windowed, kept)
 
     @classmethod
-    def from_hf_config(cls, config: str | Path | dict[str, Any], *,
-                       name: str | None = None) -> ModelConfig:
+    def from_hf_config(
+        cls, config: str | Path | dict[str, Any], *, name: str | None = None
+    ) -> ModelConfig:
         """The attention shape in a Hugging Face ``config.json`` (a path, its folder, or the
         parsed dict), for the field names of Llama, Mistral, Qwen2, GPT-2 and T5.
 
@@ -227,8 +241,10 @@ class ModelConfig:
             if d_model is None:
                 raise hf.missing("head dimension or hidden size", _HEAD_DIM_FIELDS + _HIDDEN_FIELDS)
             if d_model % heads:
-                raise ValueError(f"{where}: the hidden size {d_model} is not divisible by the "
-                                 f"{heads} attention heads; give head_dim")
+                raise ValueError(
+                    f"{where}: the hidden size {d_model} is not divisible by the "
+                    f"{heads} attention heads; give head_dim"
+                )
             head_dim = d_model // heads
 
         window = hf.optional_size(("sliding_window",))
@@ -278,8 +294,9 @@ class _HFFields:
             value = self.fields.get(key)
             if value is not None:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError(f"{self.where}: {key} must be a positive integer, "
-                                     f"got {value!r}")
+                    raise ValueError(
+                        f"{self.where}: {key} must be a positive integer, got {value!r}"
+                    )
                 return value
         return None
 
@@ -291,8 +308,7 @@ class _HFFields:
         return value
 
     def missing(self, what: str, names: tuple[str, ...]) -> ValueError:
-        return ValueError(f"{self.where}: no {what}: expected one of the fields "
-                          f"{', '.join(names)}")
+        return ValueError(f"{self.where}: no {what}: expected one of the fields {', '.join(names)}")
 
     def sliding_layers(self, num_layers: int) -> int:
         """How many layers use the sliding window: those ``layer_types`` names
@@ -300,8 +316,10 @@ class _HFFields:
         layer_types = self.fields.get("layer_types")
         if layer_types is not None:
             if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-                raise ValueError(f"{self.where}: layer_types must list the {num_layers} "
-                                 f"layers, got {layer_types!r}")
+                raise ValueError(
+                    f"{self.where}: layer_types must list the {num_layers} "
+                    f"layers, got {layer_types!r}"
+                )
             return layer_types.count("sliding_attention")
         if self.fields.get("use_sliding_window") is True:
             first = self.size("first sliding-window layer", ("max_window_layers",))
@@ -313,8 +331,10 @@ class _HFFields:
             value = self.fields.get(key)
             if value is not None:
                 if value not in DTYPE_BYTES:
-                    raise ValueError(f"{self.where}: {key} must be one of "
-                                     f"{', '.join(DTYPE_BYTES)}, got {value!r}")
+                    raise ValueError(
+                        f"{self.where}: {key} must be one of "
+                        f"{', '.join(DTYPE_BYTES)}, got {value!r}"
+                    )
                 return str(value)
         return None
 
@@ -328,35 +348,64 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         # Vaswani et al. (2017), Table 3, base model: N = 6, d_model = 512, h = 8,
         # d_k = d_v = 64. The 6 decoder layers cache self-attention K/V; the cross-attention
         # K/V over the source (same formula, seq_len = source length) come on top.
-        ModelConfig("transformer-base", 6, 8, 8, 64, 512, None,
-                    "Vaswani et al. 2017, Table 3 (base)", encoder_decoder=True),
+        ModelConfig(
+            "transformer-base",
+            6,
+            8,
+            8,
+            64,
+            512,
+            None,
+            "Vaswani et al. 2017, Table 3 (base)",
+            encoder_decoder=True,
+        ),
         # Vaswani et al. (2017), Table 3, big model: N = 6, d_model = 1024, h = 16, d_k = 64.
-        ModelConfig("transformer-big", 6, 16, 16, 64, 1024, None,
-                    "Vaswani et al. 2017, Table 3 (big)", encoder_decoder=True),
+        ModelConfig(
+            "transformer-big",
+            6,
+            16,
+            16,
+            64,
+            1024,
+            None,
+            "Vaswani et al. 2017, Table 3 (big)",
+            encoder_decoder=True,
+        ),
         # GPT-2 small, openai-community/gpt2 config.json: n_layer 12, n_head 12, n_embd 768,
         # n_positions 1024 (Radford et al. 2019).
-        ModelConfig("gpt2-small", 12, 12, 12, 64, 768, 1024,
-                    "openai-community/gpt2 config.json"),
+        ModelConfig("gpt2-small", 12, 12, 12, 64, 768, 1024, "openai-community/gpt2 config.json"),
         # Llama 2 7B, meta-llama/Llama-2-7b-hf config.json: num_hidden_layers 32,
         # num_attention_heads 32, num_key_value_heads 32, hidden_size 4096,
         # max_position_embeddings 4096 (Touvron et al. 2023).
-        ModelConfig("llama-2-7b", 32, 32, 32, 128, 4096, 4096,
-                    "meta-llama/Llama-2-7b-hf config.json"),
+        ModelConfig(
+            "llama-2-7b", 32, 32, 32, 128, 4096, 4096, "meta-llama/Llama-2-7b-hf config.json"
+        ),
         # Llama 2 70B, meta-llama/Llama-2-70b-hf config.json: num_hidden_layers 80,
         # num_attention_heads 64, num_key_value_heads 8 (GQA), hidden_size 8192,
         # max_position_embeddings 4096.
-        ModelConfig("llama-2-70b", 80, 64, 8, 128, 8192, 4096,
-                    "meta-llama/Llama-2-70b-hf config.json"),
+        ModelConfig(
+            "llama-2-70b", 80, 64, 8, 128, 8192, 4096, "meta-llama/Llama-2-70b-hf config.json"
+        ),
         # Llama 3 8B, meta-llama/Meta-Llama-3-8B config.json: num_hidden_layers 32,
         # num_attention_heads 32, num_key_value_heads 8, hidden_size 4096,
         # max_position_embeddings 8192.
-        ModelConfig("llama-3-8b", 32, 32, 8, 128, 4096, 8192,
-                    "meta-llama/Meta-Llama-3-8B config.json"),
+        ModelConfig(
+            "llama-3-8b", 32, 32, 8, 128, 4096, 8192, "meta-llama/Meta-Llama-3-8B config.json"
+        ),
         # Mistral 7B v0.1, mistralai/Mistral-7B-v0.1 config.json: num_hidden_layers 32,
         # num_attention_heads 32, num_key_value_heads 8, hidden_size 4096,
         # max_position_embeddings 32768, sliding_window 4096 (Jiang et al. 2023).
-        ModelConfig("mistral-7b", 32, 32, 8, 128, 4096, 32768,
-                    "mistralai/Mistral-7B-v0.1 config.json", sliding_window=4096),
+        ModelConfig(
+            "mistral-7b",
+            32,
+            32,
+            8,
+            128,
+            4096,
+            32768,
+            "mistralai/Mistral-7B-v0.1 config.json",
+            sliding_window=4096,
+        ),
     ]
 }
 
@@ -379,8 +428,14 @@ def format_bytes(n: float) -> str:
     return f"{value:.0f} {units[unit]}" if value >= 100 else f"{value:.2f} {units[unit]}"
 
 
-def estimate(cfg: ModelConfig, seq_len: int, batch_size: int = 1, dtype: str = "bf16", *,
-             src_len: int | None = None) -> dict[str, Any]:
+def estimate(
+    cfg: ModelConfig,
+    seq_len: int,
+    batch_size: int = 1,
+    dtype: str = "bf16",
+    *,
+    src_len: int | None = None,
+) -> dict[str, Any]:
     """The calculator's numbers for one model, as a JSON-ready dict (``--json`` prints it).
 
     Bytes of the self-attention cache per token, per sequence of ``seq_len`` positions and per
@@ -415,8 +470,14 @@ def estimate(cfg: ModelConfig, seq_len: int, batch_size: int = 1, dtype: str = "
     }
 
 
-def report(cfg: ModelConfig, seq_len: int, batch_size: int = 1, dtype: str = "bf16", *,
-           src_len: int | None = None) -> str:
+def report(
+    cfg: ModelConfig,
+    seq_len: int,
+    batch_size: int = 1,
+    dtype: str = "bf16",
+    *,
+    src_len: int | None = None,
+) -> str:
     """The numbers of :func:`estimate` as a table with units (what the command line prints)."""
     est = estimate(cfg, seq_len, batch_size, dtype, src_len=src_len)
     bpe = est["bytes_per_element"]
@@ -426,34 +487,53 @@ def report(cfg: ModelConfig, seq_len: int, batch_size: int = 1, dtype: str = "bf
 
     rows = [
         ("model", f"{cfg.name} ({cfg.source})"),
-        ("layers x KV heads x head_dim",
-         f"{cfg.num_layers} x {cfg.num_kv_heads} x {cfg.head_dim} "
-         f"({cfg.attention}, {cfg.num_heads} query heads)"),
+        (
+            "layers x KV heads x head_dim",
+            f"{cfg.num_layers} x {cfg.num_kv_heads} x {cfg.head_dim} "
+            f"({cfg.attention}, {cfg.num_heads} query heads)",
+        ),
         ("dtype", f"{dtype} ({bpe} byte{'s' if bpe > 1 else ''} per element)"),
         ("per token", size(est["bytes_per_token"])),
         (f"per sequence ({seq_len:,} tokens)", size(est["bytes_per_sequence"])),
-        (f"per batch ({batch_size} sequence{'s' if batch_size > 1 else ''})",
-         size(est["bytes_per_batch"])),
+        (
+            f"per batch ({batch_size} sequence{'s' if batch_size > 1 else ''})",
+            size(est["bytes_per_batch"]),
+        ),
     ]
     if cfg.sliding_window is not None and seq_len > cfg.sliding_window:
-        where = ("" if cfg.window_layers == cfg.num_layers
-                 else f" in {cfg.window_layers} of the {cfg.num_layers} layers")
-        rows.append(("sliding window",
-                     f"only the last {cfg.sliding_window:,} positions are cached{where}"))
+        where = (
+            ""
+            if cfg.window_layers == cfg.num_layers
+            else f" in {cfg.window_layers} of the {cfg.num_layers} layers"
+        )
+        rows.append(
+            ("sliding window", f"only the last {cfg.sliding_window:,} positions are cached{where}")
+        )
     if cfg.encoder_decoder:
-        rows.append((f"cross-attention ({est['src_len']:,} source tokens)",
-                     f"{size(est['cross_attention_bytes_per_batch'])} per batch "
-                     "(the source's K/V, every decoder layer)"))
-        rows.append(("total per batch", f"{size(est['total_bytes_per_batch'])} "
-                                        "(self- plus cross-attention)"))
+        rows.append(
+            (
+                f"cross-attention ({est['src_len']:,} source tokens)",
+                f"{size(est['cross_attention_bytes_per_batch'])} per batch "
+                "(the source's K/V, every decoder layer)",
+            )
+        )
+        rows.append(
+            (
+                "total per batch",
+                f"{size(est['total_bytes_per_batch'])} (self- plus cross-attention)",
+            )
+        )
     if cfg.num_kv_heads != cfg.num_heads:
-        rows.append((f"{cfg.attention} saving",
-                     f"{cfg.num_heads // cfg.num_kv_heads}x: with one KV head per query head "
-                     f"the batch would need {format_bytes(est['mha_bytes_per_batch'])}"))
+        rows.append(
+            (
+                f"{cfg.attention} saving",
+                f"{cfg.num_heads // cfg.num_kv_heads}x: with one KV head per query head "
+                f"the batch would need {format_bytes(est['mha_bytes_per_batch'])}",
+            )
+        )
     else:
         rows.append(("GQA saving", "none: every query head has its own K and V (MHA)"))
     if est["exceeds_max_len"]:
-        rows.append(("note", f"{seq_len:,} tokens exceeds the model's context of "
-                             f"{cfg.max_len:,}"))
+        rows.append(("note", f"{seq_len:,} tokens exceeds the model's context of {cfg.max_len:,}"))
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)

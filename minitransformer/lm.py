@@ -84,12 +84,18 @@ class DecoderOnlyTransformer(nn.Module):
         self.max_len = positive_int("max_len", max_len)
         self.tie_embeddings = bool(tie_embeddings)
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = PositionalEncoding(d_model, max_len,
-                                             dropout=probability("dropout", dropout))
+        self.positional = PositionalEncoding(
+            d_model, max_len, dropout=probability("dropout", dropout)
+        )
         self.decoder = Decoder(
-            num_layers=positive_int("num_layers", num_layers), d_model=d_model,
-            num_heads=num_heads, d_ff=positive_int("d_ff", d_ff), dropout=dropout,
-            norm_first=norm_first, cross_attention=False)
+            num_layers=positive_int("num_layers", num_layers),
+            d_model=d_model,
+            num_heads=num_heads,
+            d_ff=positive_int("d_ff", d_ff),
+            dropout=dropout,
+            norm_first=norm_first,
+            cross_attention=False,
+        )
         self.output = nn.Linear(d_model, vocab_size, bias=False)  # pre-softmax projection
         for p in self.decoder.parameters():
             if p.dim() > 1:
@@ -111,13 +117,17 @@ class DecoderOnlyTransformer(nn.Module):
         T = tokens.shape[1]
         start = 0 if cache is None else cache.length  # positions already cached
         if T == 0 or start + T > self.max_len:
-            raise ValueError(f"tokens {tuple(tokens.shape)} must hold 1 to max_len={self.max_len} "
-                             f"positions (with {start} cached before them)")
+            raise ValueError(
+                f"tokens {tuple(tokens.shape)} must hold 1 to max_len={self.max_len} "
+                f"positions (with {start} cached before them)"
+            )
         if tokens.device.type != "meta":
             lo, hi = (int(x) for x in torch.aminmax(tokens))
             if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(f"tokens holds ids in [{lo}, {hi}], outside the vocabulary "
-                                 f"[0, {self.vocab_size})")
+                raise ValueError(
+                    f"tokens holds ids in [{lo}, {hi}], outside the vocabulary "
+                    f"[0, {self.vocab_size})"
+                )
         # New position start + t may attend to positions 0 .. start + t; a single new
         # position may attend to everything, so it needs no mask.
         mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]
@@ -180,8 +190,10 @@ def evaluate_lm(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: i
     model.eval()
     total = 0.0
     try:
-        batches = [torch.stack([tokens[s : s + seq_len + 1] for s in full[i : i + batch_size]])
-                   for i in range(0, len(full), batch_size)]
+        batches = [
+            torch.stack([tokens[s : s + seq_len + 1] for s in full[i : i + batch_size]])
+            for i in range(0, len(full), batch_size)
+        ]
         if len(full) < len(starts):  # the shorter last window, alone
             batches.append(tokens[starts[-1] :][None])
         for batch in batches:  # (b, seq_len + 1)
@@ -243,12 +255,26 @@ def train_lm(
         progress = (step - warmup_steps) / max(1, steps - warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98),
-                                  weight_decay=finite_float("weight_decay", weight_decay, low=0.0))
+    optimizer = torch.optim.AdamW(
+        model.parameters(),
+        lr=lr,
+        betas=(0.9, 0.98),
+        weight_decay=finite_float("weight_decay", weight_decay, low=0.0),
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    history = train(model, next_batch, optimizer, scheduler, loss=lm_loss, num_steps=steps,
-                    clip_grad_norm=clip_grad_norm, eval_fn=eval_fn, eval_every=eval_every,
-                    progress=progress, desc="language model")
+    history = train(
+        model,
+        next_batch,
+        optimizer,
+        scheduler,
+        loss=lm_loss,
+        num_steps=steps,
+        clip_grad_norm=clip_grad_norm,
+        eval_fn=eval_fn,
+        eval_every=eval_every,
+        progress=progress,
+        desc="language model",
+    )
     model.train()
     return history
 
@@ -307,11 +333,15 @@ def generate(
     B, T0 = prompt.shape
     max_len = int(model.max_len)  # type: ignore[arg-type]  # a DecoderOnlyTransformer's
     if T0 == 0 or T0 + max_new_tokens > max_len:
-        raise ValueError(f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
-                         f"must fit 1 to max_len={max_len} positions")
+        raise ValueError(
+            f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
+            f"must fit 1 to max_len={max_len} positions"
+        )
     if cache is not None and (not use_cache or cache.length):
-        raise ValueError(f"cache must be an empty KVCache and use_cache True, got a cache of "
-                         f"length {cache.length} and use_cache={use_cache}")
+        raise ValueError(
+            f"cache must be an empty KVCache and use_cache True, got a cache of "
+            f"length {cache.length} and use_cache={use_cache}"
+        )
     if use_cache and cache is None:
         cache = KVCache.for_model(model, T0 + max_new_tokens)
     out = torch.full((B, T0 + max_new_tokens), pad_id, dtype=torch.long, device=prompt.device)
@@ -354,8 +384,10 @@ def bigram_log_probs(tokens: Tensor, vocab_size: int, *, alpha: float = 1.0) -> 
     alpha = finite_float("alpha", alpha, low=0.0, low_open=True)
     _check_stream("tokens", tokens, 2)
     if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-        raise ValueError(f"tokens holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
-                         f"outside the vocabulary [0, {vocab_size})")
+        raise ValueError(
+            f"tokens holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
+            f"outside the vocabulary [0, {vocab_size})"
+        )
     pairs = tokens[:-1] * vocab_size + tokens[1:]  # (N - 1,) one index per (a, b)
     counts = torch.bincount(pairs, minlength=vocab_size * vocab_size)
     counts = counts.reshape(vocab_size, vocab_size).double()  # (V, V): count(a, b)
@@ -370,8 +402,10 @@ def bigram_loss(log_probs: Tensor, tokens: Tensor) -> float:
         raise ValueError(f"log_probs must be a square (V, V) table, got {tuple(log_probs.shape)}")
     _check_stream("tokens", tokens, 2)
     if int(tokens.max()) >= log_probs.shape[0]:
-        raise ValueError(f"tokens hold ids up to {int(tokens.max())}, outside the table's "
-                         f"vocabulary of {log_probs.shape[0]} (log_probs)")
+        raise ValueError(
+            f"tokens hold ids up to {int(tokens.max())}, outside the table's "
+            f"vocabulary of {log_probs.shape[0]} (log_probs)"
+        )
     return float(-log_probs[tokens[:-1], tokens[1:]].mean())
 
 
@@ -397,8 +431,10 @@ def encode_corpus(tokenizer: BPETokenizer, texts: Iterable[str]) -> Tensor:
     """One ``(N,)`` long tensor of token ids: each document's ids followed by the tokenizer's
     ``eos_id`` (``<|endoftext|>``), as GPT-2's training data separates documents."""
     if not (callable(getattr(tokenizer, "encode", None)) and hasattr(tokenizer, "eos_id")):
-        raise TypeError(f"tokenizer must have encode() and eos_id (a BPETokenizer), got "
-                        f"{type(tokenizer).__name__}")
+        raise TypeError(
+            f"tokenizer must have encode() and eos_id (a BPETokenizer), got "
+            f"{type(tokenizer).__name__}"
+        )
     ids: list[int] = []
     for text in texts:
         ids += tokenizer.encode(text)

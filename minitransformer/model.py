@@ -97,8 +97,16 @@ class EncoderLayer(nn.Module):
     ``self_attn_weights`` ``(B, h, S, S)``; otherwise that is None.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
-                 norm_first: bool = False, head_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
@@ -143,13 +151,23 @@ class EncoderLayer(nn.Module):
         """A copy of a :class:`torch.nn.TransformerEncoderLayer` (``batch_first=True``, ReLU):
         sizes, dropout, LayerNorm epsilon, ``norm_first``, dtype and device."""
         _check_torch_layer(layer, nn.TransformerEncoderLayer, "EncoderLayer")
-        ours = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
-                   dropout=layer.dropout.p, norm_first=layer.norm_first)
+        ours = cls(
+            layer.linear1.in_features,
+            layer.self_attn.num_heads,
+            layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            norm_first=layer.norm_first,
+        )
         ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
         ours.self_attn._copy_torch_weights(layer.self_attn)
-        _copy_modules([(ours.feed_forward.linear1, layer.linear1),
-                       (ours.feed_forward.linear2, layer.linear2),
-                       (ours.norm1, layer.norm1), (ours.norm2, layer.norm2)])
+        _copy_modules(
+            [
+                (ours.feed_forward.linear1, layer.linear1),
+                (ours.feed_forward.linear2, layer.linear2),
+                (ours.norm1, layer.norm1),
+                (ours.norm2, layer.norm2),
+            ]
+        )
         return ours.train(layer.training)
 
 
@@ -164,15 +182,24 @@ class DecoderLayer(nn.Module):
     ``(B, h, T, T)`` and ``cross_attn_weights`` ``(B, h, T, S)``.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, *, dropout: float = 0.1,
-                 norm_first: bool = False, cross_attention: bool = True,
-                 head_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        cross_attention: bool = True,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
         self.cross_attn = (
             MultiHeadAttention(d_model, num_heads, dropout=dropout, head_dim=head_dim)
-            if cross_attention else None
+            if cross_attention
+            else None
         )
         self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
         self.norm1 = nn.LayerNorm(d_model)
@@ -185,16 +212,29 @@ class DecoderLayer(nn.Module):
         self.self_attn_weights: Tensor | None = None
         self.cross_attn_weights: Tensor | None = None
 
-    def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, cache: LayerCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
         """``tgt_mask`` must contain the causal mask (the layer adds none). With a
         :class:`~minitransformer.kv_cache.LayerCache` (chapter "Inference"), ``x`` holds only
         the new positions; ``tgt_mask``'s last size is then cache length + T."""
         self._check_inputs(x, memory, src_mask, tgt_mask, cache)
         return self._forward(x, memory, src_mask, tgt_mask, cache)
 
-    def _forward(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
-                 tgt_mask: Tensor | None, cache: LayerCache | None) -> Tensor:
+    def _forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: LayerCache | None,
+    ) -> Tensor:
         """:meth:`forward` on checked inputs (the :class:`Decoder` checks once for all layers)."""
         norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
         if self.norm_first:  # pre-LN
@@ -209,19 +249,33 @@ class DecoderLayer(nn.Module):
             x = self.norm3(x + self._feed_forward(x))
         return x
 
-    def _self_attention(self, x: Tensor, tgt_mask: Tensor | None,
-                        cache: LayerCache | None) -> Tensor:
-        out, weights = self.self_attn(x, x, x, tgt_mask, need_weights=self.store_weights,
-                                      cache=None if cache is None else cache.self_attn)
+    def _self_attention(
+        self, x: Tensor, tgt_mask: Tensor | None, cache: LayerCache | None
+    ) -> Tensor:
+        out, weights = self.self_attn(
+            x,
+            x,
+            x,
+            tgt_mask,
+            need_weights=self.store_weights,
+            cache=None if cache is None else cache.self_attn,
+        )
         _keep(self, "self_attn_weights", weights)  # (B, h, T, T)
         return self.dropout1(out) if self.training else out
 
-    def _cross_attention(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
-                         cache: LayerCache | None) -> Tensor:
+    def _cross_attention(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache | None
+    ) -> Tensor:
         # Queries come from the decoder, keys and values from the encoder output.
         assert self.cross_attn is not None and self.dropout2 is not None  # _forward checked
-        out, weights = self.cross_attn(x, memory, memory, src_mask, need_weights=self.store_weights,
-                                       cache=None if cache is None else cache.cross_attn)
+        out, weights = self.cross_attn(
+            x,
+            memory,
+            memory,
+            src_mask,
+            need_weights=self.store_weights,
+            cache=None if cache is None else cache.cross_attn,
+        )
         _keep(self, "cross_attn_weights", weights)  # (B, h, T, S)
         return self.dropout2(out) if self.training else out
 
@@ -229,8 +283,9 @@ class DecoderLayer(nn.Module):
         out = self.feed_forward(x)
         return self.dropout3(out) if self.training else out
 
-    def _cached_step(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
-                     cache: LayerCache) -> Tensor:
+    def _cached_step(
+        self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: LayerCache
+    ) -> Tensor:
         """:meth:`_forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache, in
         eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
         over the layer's own parameters (``Decoder._can_step`` says when and why)."""
@@ -248,13 +303,20 @@ class DecoderLayer(nn.Module):
             x = _layer_norm(self.norm3, x + _ffn(ffn, x))
         return x  # (B, 1, d_model)
 
-    def _cross_step(self, x: Tensor, memory: Tensor, src_mask: Tensor | None,
-                    cache: LayerCache) -> Tensor:
+    def _cross_step(
+        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache
+    ) -> Tensor:
         assert self.cross_attn is not None and cache.cross_attn is not None  # as _forward
         return self.cross_attn._cached_step(x, cache.cross_attn, memory, src_mask)
 
-    def _check_inputs(self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None,
-                      tgt_mask: Tensor | None, cache: LayerCache | None) -> None:
+    def _check_inputs(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: LayerCache | None,
+    ) -> None:
         _check_stream("x", x, self.d_model, "(B, T, d_model)")
         B, T = x.shape[:2]
         if cache is not None and not isinstance(cache, LayerCache):
@@ -282,15 +344,26 @@ class DecoderLayer(nn.Module):
         """A copy of a :class:`torch.nn.TransformerDecoderLayer` (``batch_first=True``, ReLU):
         sizes, dropout, LayerNorm epsilon, ``norm_first``, dtype and device."""
         _check_torch_layer(layer, nn.TransformerDecoderLayer, "DecoderLayer")
-        ours = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
-                   dropout=layer.dropout.p, norm_first=layer.norm_first)
+        ours = cls(
+            layer.linear1.in_features,
+            layer.self_attn.num_heads,
+            layer.linear1.out_features,
+            dropout=layer.dropout.p,
+            norm_first=layer.norm_first,
+        )
         ours.to(layer.linear1.weight.device, layer.linear1.weight.dtype)  # then copy: exact
         assert ours.cross_attn is not None and ours.norm2 is not None  # built with cross-attention
         ours.self_attn._copy_torch_weights(layer.self_attn)
         ours.cross_attn._copy_torch_weights(layer.multihead_attn)
-        _copy_modules([(ours.feed_forward.linear1, layer.linear1),
-                       (ours.feed_forward.linear2, layer.linear2), (ours.norm1, layer.norm1),
-                       (ours.norm2, layer.norm2), (ours.norm3, layer.norm3)])
+        _copy_modules(
+            [
+                (ours.feed_forward.linear1, layer.linear1),
+                (ours.feed_forward.linear2, layer.linear2),
+                (ours.norm1, layer.norm1),
+                (ours.norm2, layer.norm2),
+                (ours.norm3, layer.norm3),
+            ]
+        )
         return ours.train(layer.training)
 
 
@@ -313,13 +386,23 @@ class Encoder(nn.Module):
     pre-LN stack needs; as :class:`torch.nn.TransformerEncoder` with ``norm=LayerNorm``.
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
-                 dropout: float = 0.1, norm_first: bool = False,
-                 final_norm: bool | None = None, head_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        final_norm: bool | None = None,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
-                         head_dim=head_dim)
+            EncoderLayer(
+                d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first, head_dim=head_dim
+            )
             for _ in range(positive_int("num_layers", num_layers))
         )
         final_norm = norm_first if final_norm is None else final_norm
@@ -349,21 +432,45 @@ class Decoder(nn.Module):
     one token take the fast path (``_can_step``); False runs the modules, to compare.
     """
 
-    def __init__(self, num_layers: int, d_model: int, num_heads: int, d_ff: int, *,
-                 dropout: float = 0.1, norm_first: bool = False, final_norm: bool | None = None,
-                 cross_attention: bool = True, head_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        num_layers: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        *,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        final_norm: bool | None = None,
+        cross_attention: bool = True,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout=dropout, norm_first=norm_first,
-                         cross_attention=cross_attention, head_dim=head_dim)
+            DecoderLayer(
+                d_model,
+                num_heads,
+                d_ff,
+                dropout=dropout,
+                norm_first=norm_first,
+                cross_attention=cross_attention,
+                head_dim=head_dim,
+            )
             for _ in range(positive_int("num_layers", num_layers))
         )
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model) if final_norm else None
         self.fast_step = True  # False: cached steps take the module path too (see _can_step)
 
-    def forward(self, x: Tensor, memory: Tensor | None, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
         """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer.
         A cached step of one token takes the fast path of ``_can_step``."""
         layers = cast(Sequence[DecoderLayer], self.layers)  # (a ModuleList, typed for mypy)
@@ -373,9 +480,7 @@ class Decoder(nn.Module):
         elif not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache, got {type(cache).__name__}")
         elif len(cache.layers) != len(layers):
-            raise ValueError(
-                f"the cache has {len(cache.layers)} layers, the decoder {len(layers)}"
-            )
+            raise ValueError(f"the cache has {len(cache.layers)} layers, the decoder {len(layers)}")
         else:
             layer_caches = cache.layers
         # The same shapes for every layer (their caches fill in step): check once.
@@ -415,8 +520,10 @@ class Decoder(nn.Module):
         cross = cache.layers[0].cross_attn
         if memory is not None and (cross is None or cross.source is None):
             return False
-        return not any(layer.store_weights or layer.self_attn.rotary
-                       for layer in cast(Sequence[DecoderLayer], self.layers))
+        return not any(
+            layer.store_weights or layer.self_attn.rotary
+            for layer in cast(Sequence[DecoderLayer], self.layers)
+        )
 
     @classmethod
     def from_torch(cls, stack: nn.TransformerDecoder) -> Decoder:
@@ -466,10 +573,24 @@ class Transformer(nn.Module):
         self.src_embed = nn.Embedding(src_vocab_size, d_model)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
         self.positional = PositionalEncoding(d_model, max_len, dropout=dropout)
-        self.encoder = Encoder(num_layers, d_model, num_heads, d_ff, dropout=dropout,
-                               norm_first=norm_first, head_dim=head_dim)
-        self.decoder = Decoder(num_layers, d_model, num_heads, d_ff, dropout=dropout,
-                               norm_first=norm_first, head_dim=head_dim)
+        self.encoder = Encoder(
+            num_layers,
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+            head_dim=head_dim,
+        )
+        self.decoder = Decoder(
+            num_layers,
+            d_model,
+            num_heads,
+            d_ff,
+            dropout=dropout,
+            norm_first=norm_first,
+            head_dim=head_dim,
+        )
         self.output = nn.Linear(d_model, tgt_vocab_size, bias=False)  # pre-softmax projection
 
         self._reset_parameters()
@@ -484,7 +605,7 @@ class Transformer(nn.Module):
             for matrix in _weight_matrices(module):
                 nn.init.xavier_uniform_(matrix)
         for weight in (self.src_embed.weight, self.tgt_embed.weight, self.output.weight):
-            nn.init.normal_(weight, mean=0.0, std=self.d_model ** -0.5)
+            nn.init.normal_(weight, mean=0.0, std=self.d_model**-0.5)
 
     # -- the model ------------------------------------------------------------------------
     def embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
@@ -506,8 +627,15 @@ class Transformer(nn.Module):
         check_mask("src_mask", src_mask, (src.shape[0], 1, 1, src.shape[1]), allow_2d=False)
         return self.encoder(self._embed(src, self.src_embed), _unless_all_true(src_mask))
 
-    def decode(self, tgt: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: KVCache | None = None) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
         """Target ids ``(B, T)`` and memory ``(B, S, d_model)`` -> logits ``(B, T, V_tgt)``.
 
         The causal mask is always applied, combined with ``tgt_mask`` by ``&``. With a
@@ -533,12 +661,22 @@ class Transformer(nn.Module):
         x = self.decoder(x, memory, src_mask=cross_mask, tgt_mask=mask, cache=cache)
         return self.output(x)  # (B, T, V_tgt)
 
-    def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
         """Teacher forcing: source ``(B, S)`` and shifted target ``(B, T)`` -> logits
         ``(B, T, V_tgt)``."""
-        if (isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() == tgt.dim() == 2
-                and src.shape[0] != tgt.shape[0]):
+        if (
+            isinstance(src, Tensor)
+            and isinstance(tgt, Tensor)
+            and src.dim() == tgt.dim() == 2
+            and src.shape[0] != tgt.shape[0]
+        ):
             raise ValueError(
                 f"batch sizes differ: src {tuple(src.shape)} vs tgt {tuple(tgt.shape)}"
             )
@@ -546,8 +684,14 @@ class Transformer(nn.Module):
         return self.decode(tgt, memory, src_mask=src_mask, tgt_mask=tgt_mask)
 
     @torch.no_grad()
-    def attention_weights(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                          tgt_mask: Tensor | None = None) -> dict[str, list[Tensor]]:
+    def attention_weights(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> dict[str, list[Tensor]]:
         """The attention weights of a forward pass on ``(src, tgt)``, per layer, for plotting:
         ``{"encoder": [(B, h, S, S)] * N, "decoder_self": [(B, h, T, T)] * N,
         "cross": [(B, h, T, S)] * N}``."""
@@ -571,8 +715,9 @@ class Transformer(nn.Module):
                     layer.cross_attn_weights = None
 
     # -- input checks -------------------------------------------------------------------
-    def _check_tokens(self, name: str, tokens: Tensor, embedding: nn.Embedding,
-                      start: int = 0) -> None:
+    def _check_tokens(
+        self, name: str, tokens: Tensor, embedding: nn.Embedding, start: int = 0
+    ) -> None:
         tensor(name, tokens)
         if tokens.dtype not in (torch.int64, torch.int32):
             raise TypeError(
@@ -598,8 +743,9 @@ class Transformer(nn.Module):
                     f"[0, {embedding.num_embeddings})"
                 )
 
-    def _check_memory(self, memory: Tensor, src_mask: Tensor | None, B: int,
-                      cache: KVCache | None) -> Tensor | None:
+    def _check_memory(
+        self, memory: Tensor, src_mask: Tensor | None, B: int, cache: KVCache | None
+    ) -> Tensor | None:
         """Check ``memory`` and ``src_mask``, unless this cache's run already did; return the
         mask cross-attention needs (None when nothing is padded)."""
         if cache is not None and not isinstance(cache, KVCache):
@@ -609,9 +755,7 @@ class Transformer(nn.Module):
             return checked[2]  # later steps of a run: nothing new to check
         _check_stream("memory", memory, self.d_model, "(B, S, d_model)")
         if memory.shape[0] != B:
-            raise ValueError(
-                f"batch sizes differ: tgt has {B} rows, memory {tuple(memory.shape)}"
-            )
+            raise ValueError(f"batch sizes differ: tgt has {B} rows, memory {tuple(memory.shape)}")
         check_mask("src_mask", src_mask, (B, 1, 1, memory.shape[1]), allow_2d=False)
         cross_mask = _unless_all_true(src_mask)
         if cache is not None:
@@ -627,8 +771,9 @@ def _unless_all_true(mask: Tensor | None) -> Tensor | None:
 def _weight_matrices(module: nn.Module) -> Iterator[Tensor]:
     """Every weight matrix of ``module`` in parameter order, each attention's packed
     ``[W^Q; W^K; W^V]`` as its three blocks (so that each gets its own Xavier bound)."""
-    packed = {id(m.in_proj_weight): m for m in module.modules()
-              if isinstance(m, MultiHeadAttention)}
+    packed = {
+        id(m.in_proj_weight): m for m in module.modules() if isinstance(m, MultiHeadAttention)
+    }
     for p in module.parameters():
         if id(p) in packed:
             attention = packed[id(p)]
@@ -640,8 +785,11 @@ def _weight_matrices(module: nn.Module) -> Iterator[Tensor]:
 # -- copies of torch layers ---------------------------------------------------------------
 
 
-def _check_torch_layer(layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
-                       expected: type[nn.Module], kind: str) -> None:
+def _check_torch_layer(
+    layer: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+    expected: type[nn.Module],
+    kind: str,
+) -> None:
     """Reject torch layers whose computation our layers do not reproduce."""
     if not isinstance(layer, expected):
         raise TypeError(
@@ -656,8 +804,11 @@ def _check_torch_layer(layer: nn.TransformerEncoderLayer | nn.TransformerDecoder
         raise ValueError(
             f"{kind}.from_torch needs packed q/k/v projections (kdim = vdim = d_model)"
         )
-    if (layer.self_attn.in_proj_bias is None or layer.linear1.bias is None
-            or layer.norm1.bias is None):
+    if (
+        layer.self_attn.in_proj_bias is None
+        or layer.linear1.bias is None
+        or layer.norm1.bias is None
+    ):
         raise ValueError(f"{kind}.from_torch needs a torch layer with biases (bias=True)")
     kinds = {(p.dtype, p.device) for p in layer.parameters()}
     if len(kinds) != 1:
@@ -680,18 +831,27 @@ def _copy_modules(pairs: list[tuple[nn.Linear | nn.LayerNorm, nn.Linear | nn.Lay
 _Stack = TypeVar("_Stack", "Encoder", "Decoder")
 
 
-def _stack_from_torch(cls: type[_Stack], stack: nn.Module, expected: type[nn.Module],
-                      layer_cls: Any) -> _Stack:
+def _stack_from_torch(
+    cls: type[_Stack], stack: nn.Module, expected: type[nn.Module], layer_cls: Any
+) -> _Stack:
     """A copy of a torch ``TransformerEncoder``/``TransformerDecoder`` (``expected``), layer
     by layer with ``layer_cls.from_torch``, its final ``norm`` included."""
     if not isinstance(stack, expected):
-        raise TypeError(f"{cls.__name__}.from_torch needs a torch.nn.{expected.__name__}, "
-                        f"got {type(stack).__name__}")
+        raise TypeError(
+            f"{cls.__name__}.from_torch needs a torch.nn.{expected.__name__}, "
+            f"got {type(stack).__name__}"
+        )
     layers = [layer_cls.from_torch(layer) for layer in cast(nn.ModuleList, stack.layers)]
     first = layers[0]
-    ours = cls(len(layers), first.d_model, first.self_attn.num_heads,
-               first.feed_forward.linear1.out_features, dropout=first.dropout1.p,
-               norm_first=first.norm_first, final_norm=stack.norm is not None)
+    ours = cls(
+        len(layers),
+        first.d_model,
+        first.self_attn.num_heads,
+        first.feed_forward.linear1.out_features,
+        dropout=first.dropout1.p,
+        norm_first=first.norm_first,
+        final_norm=stack.norm is not None,
+    )
     ours.to(first.norm1.weight.device, first.norm1.weight.dtype)
     ours.layers = nn.ModuleList(layers)
     if ours.norm is not None:

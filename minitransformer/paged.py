@@ -94,8 +94,7 @@ class PagedKVCache:
         tensor("key", key, kind="float")
         tensor("value", value, kind="float")
         expected = (self.num_kv_heads, self.head_dim)
-        if (key.dim() != 3 or value.shape != key.shape
-                or (key.shape[0], key.shape[2]) != expected):
+        if key.dim() != 3 or value.shape != key.shape or (key.shape[0], key.shape[2]) != expected:
             raise ValueError(
                 f"key and value must both have shape (h_kv={self.num_kv_heads}, n, "
                 f"d={self.head_dim}), got key {tuple(key.shape)} and value {tuple(value.shape)}"
@@ -122,8 +121,8 @@ class PagedKVCache:
             pos = length + written
             block, slot = table[pos // self.block_size], pos % self.block_size
             take = min(self.block_size - slot, n - written)
-            self.keys[block, :, slot:slot + take] = key[:, written:written + take]
-            self.values[block, :, slot:slot + take] = value[:, written:written + take]
+            self.keys[block, :, slot : slot + take] = key[:, written : written + take]
+            self.values[block, :, slot : slot + take] = value[:, written : written + take]
             written += take
         self.lengths[seq_id] = length + n
 
@@ -131,8 +130,7 @@ class PagedKVCache:
         """The keys and values of ``seq_id``, contiguous: two ``(h_kv, length, d)`` tensors."""
         if seq_id not in self.block_tables:
             raise KeyError(f"unknown sequence {seq_id!r}; known: {list(self.block_tables)}")
-        table = torch.tensor(self.block_tables[seq_id], dtype=torch.long,
-                             device=self.keys.device)
+        table = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.keys.device)
         length = self.lengths[seq_id]
         h, d = self.num_kv_heads, self.head_dim
 
@@ -152,6 +150,8 @@ class PagedKVCache:
         del self.lengths[seq_id]
 
     def __repr__(self) -> str:
-        return (f"PagedKVCache(num_blocks={self.num_blocks}, block_size={self.block_size}, "
-                f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"sequences={len(self.block_tables)}, free_blocks={self.num_free_blocks})")
+        return (
+            f"PagedKVCache(num_blocks={self.num_blocks}, block_size={self.block_size}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"sequences={len(self.block_tables)}, free_blocks={self.num_free_blocks})"
+        )

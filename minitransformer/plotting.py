@@ -87,8 +87,14 @@ COLORS = {
     "fourth": "#9467bd",  # purple
     "reference": "#888888",  # grey: reference lines, chance levels, diagram strokes
 }
-_CYCLE = [COLORS["measured"], COLORS["second"], COLORS["third"], COLORS["fourth"],
-          "#ff7f0e", "#8c564b"]
+_CYCLE = [
+    COLORS["measured"],
+    COLORS["second"],
+    COLORS["third"],
+    COLORS["fourth"],
+    "#ff7f0e",
+    "#8c564b",
+]
 
 #: The widest figure, in inches, whose 10-point labels stay >= 9 px in a 730 px column.
 MAX_WIDTH = 10.0
@@ -99,8 +105,9 @@ def use_style() -> None:
     plt.rcParams.update(STYLE)
 
 
-def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.6,
-           **kwargs: Any) -> tuple[Figure, Any]:
+def figure(
+    ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3.6, **kwargs: Any
+) -> tuple[Figure, Any]:
     """A new ``width x height``-inch figure with ``nrows x ncols`` axes; ``(fig, axes)``, where
     ``axes`` is one ``Axes`` or an array of them, as from ``plt.subplots``.
 
@@ -110,8 +117,9 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 3
     ncols, nrows = _checks.positive_int("ncols", ncols), _checks.positive_int("nrows", nrows)
     width = _checks.finite_float("width", width, low=0.0, low_open=True)
     height = _checks.finite_float("height", height, low=0.0, low_open=True)
-    return plt.subplots(nrows, ncols, figsize=(min(width, MAX_WIDTH), height),
-                        constrained_layout=True, **kwargs)
+    return plt.subplots(
+        nrows, ncols, figsize=(min(width, MAX_WIDTH), height), constrained_layout=True, **kwargs
+    )
 
 
 def finish_axes(
@@ -170,8 +178,9 @@ def _as_array(values: Numbers, name: str = "values") -> np.ndarray:
     try:
         return np.asarray(values, dtype=float)
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be numbers (a list, array or tensor), got "
-                        f"{type(values).__name__}") from None
+        raise TypeError(
+            f"{name} must be numbers (a list, array or tensor), got {type(values).__name__}"
+        ) from None
 
 
 def heatmap(
@@ -195,11 +204,15 @@ def heatmap(
     m = _as_array(matrix, "matrix")
     if m.ndim != 2 or m.size == 0:
         raise ValueError(f"heatmap needs a non-empty 2-D matrix, got shape {m.shape}")
-    for name, labels, n, what in (("xlabels", xlabels, m.shape[1], "columns"),
-                                  ("ylabels", ylabels, m.shape[0], "rows")):
+    for name, labels, n, what in (
+        ("xlabels", xlabels, m.shape[1], "columns"),
+        ("ylabels", ylabels, m.shape[0], "rows"),
+    ):
         if labels is not None and len(labels) != n:
-            raise ValueError(f"{name} has {len(labels)} entries for the {n} {what} of a matrix "
-                             f"of shape {m.shape}")
+            raise ValueError(
+                f"{name} has {len(labels)} entries for the {n} {what} of a matrix "
+                f"of shape {m.shape}"
+            )
     im = ax.imshow(m, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     ax.grid(False)
     if xlabels is not None:
@@ -211,8 +224,15 @@ def heatmap(
         mid = (np.nanmin(m) + np.nanmax(m)) / 2
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                ax.text(j, i, fmt.format(m[i, j]), ha="center", va="center", fontsize=8,
-                        color="white" if m[i, j] < mid else "black")
+                ax.text(
+                    j,
+                    i,
+                    fmt.format(m[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if m[i, j] < mid else "black",
+                )
     if colorbar:
         ax.figure.colorbar(im, ax=ax, shrink=0.8)
     return im
@@ -243,14 +263,20 @@ def attention_heatmaps(
     if w.ndim != 3 or w.size == 0:
         raise ValueError(
             "attention_heatmaps needs non-empty weights of shape (h, T, S) or (T, S), "
-            f"got shape {w.shape}")
+            f"got shape {w.shape}"
+        )
     h = w.shape[0]
     if titles is not None and len(titles) != h:
         raise ValueError(f"titles has {len(titles)} entries for {h} heads")
     ncols = min(h, _checks.positive_int("max_cols", max_cols))
     nrows = math.ceil(h / ncols)
-    fig, grid = figure(ncols=ncols, nrows=nrows, width=width_per_map * ncols + 0.8,
-                       height=height_per_row * nrows, squeeze=False)
+    fig, grid = figure(
+        ncols=ncols,
+        nrows=nrows,
+        width=width_per_map * ncols + 0.8,
+        height=height_per_row * nrows,
+        squeeze=False,
+    )
     axes = grid.ravel()
     for ax in axes[h:]:  # the unused places of the last row
         ax.remove()
@@ -258,10 +284,18 @@ def attention_heatmaps(
     for i, ax in enumerate(axes):
         row, col = divmod(i, ncols)
         bottom = i + ncols >= h  # no map below this one
-        im = heatmap(ax, w[i], xlabels, ylabels if col == 0 else None, vmin=0.0, vmax=1.0,
-                     title=titles[i] if titles else (f"head {i}" if h > 1 else None),
-                     xlabel=xlabel if bottom else None, ylabel=ylabel if col == 0 else None,
-                     colorbar=False)
+        im = heatmap(
+            ax,
+            w[i],
+            xlabels,
+            ylabels if col == 0 else None,
+            vmin=0.0,
+            vmax=1.0,
+            title=titles[i] if titles else (f"head {i}" if h > 1 else None),
+            xlabel=xlabel if bottom else None,
+            ylabel=ylabel if col == 0 else None,
+            colorbar=False,
+        )
         if col:
             ax.set_yticks([])
     fig.colorbar(im, ax=list(axes), shrink=0.8)
@@ -286,18 +320,36 @@ def mask_heatmap(
     if m.ndim != 2:
         raise ValueError(f"mask_heatmap needs a 2-D (T, S) mask, got shape {m.shape}")
     if m.dtype != bool:
-        raise ValueError("mask_heatmap needs a boolean mask (True = may attend), "
-                         f"got dtype {m.dtype}")
+        raise ValueError(
+            f"mask_heatmap needs a boolean mask (True = may attend), got dtype {m.dtype}"
+        )
     from matplotlib.colors import ListedColormap
 
-    im = heatmap(ax, m.astype(float), xlabels, ylabels, title=title, xlabel=xlabel,
-                 ylabel=ylabel, cmap=ListedColormap(["#eeeeee", COLORS["measured"]]),
-                 vmin=0.0, vmax=1.0, colorbar=False)
+    im = heatmap(
+        ax,
+        m.astype(float),
+        xlabels,
+        ylabels,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        cmap=ListedColormap(["#eeeeee", COLORS["measured"]]),
+        vmin=0.0,
+        vmax=1.0,
+        colorbar=False,
+    )
     if m.size <= 144:
         for i in range(m.shape[0]):
             for j in range(m.shape[1]):
-                ax.text(j, i, "1" if m[i, j] else "0", ha="center", va="center", fontsize=8,
-                        color="white" if m[i, j] else "#777777")
+                ax.text(
+                    j,
+                    i,
+                    "1" if m[i, j] else "0",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if m[i, j] else "#777777",
+                )
     return im
 
 
@@ -328,9 +380,12 @@ def line_plot(
     xs = _as_array(x, "x")
     lines = []
     for i, (label, ys) in enumerate(series.items()):
-        kwargs: dict[str, Any] = {"color": _CYCLE[i % len(_CYCLE)],
-                                  "marker": "o" if markers else None,
-                                  "markersize": 4, "linewidth": 1.5}
+        kwargs: dict[str, Any] = {
+            "color": _CYCLE[i % len(_CYCLE)],
+            "marker": "o" if markers else None,
+            "markersize": 4,
+            "linewidth": 1.5,
+        }
         x_i = xs
         if isinstance(ys, Mapping):
             if "y" not in ys:
@@ -343,14 +398,29 @@ def line_plot(
             raise ValueError(f"series {label!r} has shape {y.shape}, x has shape {x_i.shape}")
         (line,) = ax.plot(x_i, y, label=label, **kwargs)
         lines.append(line)
-    finish_axes(ax, title=title, xlabel=xlabel, ylabel=ylabel, xlim=xlim, ylim=ylim,
-                logx=logx, logy=logy, legend=legend)
+    finish_axes(
+        ax,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        xlim=xlim,
+        ylim=ylim,
+        logx=logx,
+        logy=logy,
+        legend=legend,
+    )
     return lines
 
 
-def history_plot(ax: Axes, history: TrainHistory, *, window: int = 20,
-                 floor: float | None = None, ylabel: str = "loss (nats)",
-                 title: str | None = None) -> list[Line2D]:
+def history_plot(
+    ax: Axes,
+    history: TrainHistory,
+    *,
+    window: int = 20,
+    floor: float | None = None,
+    ylabel: str = "loss (nats)",
+    title: str | None = None,
+) -> list[Line2D]:
     """A :class:`~minitransformer.training.TrainHistory`'s losses on ``ax``: each batch (light),
     their running mean over ``window`` updates, the held-out loss (if recorded), and the
     optional ``floor`` as a dashed line. Returns the lines."""
@@ -361,10 +431,22 @@ def history_plot(ax: Axes, history: TrainHistory, *, window: int = 20,
         f"training (mean of {window})": {"y": history.smoothed(window), "color": blue},
     }
     if history.eval_loss:
-        series["held-out"] = {"x": history.eval_steps, "y": history.eval_loss, "color": red,
-                              "marker": "o"}
-    lines = line_plot(ax, steps, series, xlabel="update", ylabel=ylabel, title=title,
-                      markers=False, legend=floor is None)
+        series["held-out"] = {
+            "x": history.eval_steps,
+            "y": history.eval_loss,
+            "color": red,
+            "marker": "o",
+        }
+    lines = line_plot(
+        ax,
+        steps,
+        series,
+        xlabel="update",
+        ylabel=ylabel,
+        title=title,
+        markers=False,
+        legend=floor is None,
+    )
     if floor is not None:
         lines.append(reference_line(ax, y=floor, label="floor", style="--"))
         finish_axes(ax, legend=True)
@@ -396,27 +478,44 @@ def theory_vs_measurement(
         raise ValueError(f"measured has shape {ys.shape}, x has shape {xs.shape}")
     color = color or COLORS["measured"]
     if callable(theory):
-        grid = (np.geomspace(xs.min(), xs.max(), 200) if logx and xs.min() > 0
-                else np.linspace(xs.min(), xs.max(), 200))
+        grid = (
+            np.geomspace(xs.min(), xs.max(), 200)
+            if logx and xs.min() > 0
+            else np.linspace(xs.min(), xs.max(), 200)
+        )
         theory_x, theory_y = grid, _as_array(theory(grid), "theory(x)")
     else:
         theory_x, theory_y = xs, _as_array(theory, "theory")
         if theory_y.shape != xs.shape:
             raise ValueError(f"theory has shape {theory_y.shape}, x has shape {xs.shape}")
-    (theory_line,) = ax.plot(theory_x, theory_y, "--", color=COLORS["theory"], linewidth=1.2,
-                             label=theory_label, zorder=1)
+    (theory_line,) = ax.plot(
+        theory_x,
+        theory_y,
+        "--",
+        color=COLORS["theory"],
+        linewidth=1.2,
+        label=theory_label,
+        zorder=1,
+    )
     if spread is not None:
         sp = _as_array(spread, "spread")
         ax.fill_between(xs, ys - sp, ys + sp, color=color, alpha=0.15, linewidth=0)
-    (measured_line,) = ax.plot(xs, ys, "o-", color=color, markersize=5, linewidth=1.0,
-                               label=measured_label, zorder=2)
+    (measured_line,) = ax.plot(
+        xs, ys, "o-", color=color, markersize=5, linewidth=1.0, label=measured_label, zorder=2
+    )
     finish_axes(ax, title=title, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy, legend=True)
     return measured_line, theory_line
 
 
-def reference_line(ax: Axes, *, x: float | None = None, y: float | None = None,
-                   label: str | None = None, text: str | None = None,
-                   style: str = ":") -> Line2D:
+def reference_line(
+    ax: Axes,
+    *,
+    x: float | None = None,
+    y: float | None = None,
+    label: str | None = None,
+    text: str | None = None,
+    style: str = ":",
+) -> Line2D:
     """A grey horizontal (``y=``) or vertical (``x=``) line across ``ax``, e.g. a chance level
     or a loss floor; ``label`` names it in the legend, ``text`` writes beside it. Returns the
     line."""
@@ -426,22 +525,44 @@ def reference_line(ax: Axes, *, x: float | None = None, y: float | None = None,
     value = float(given[0])
     if not math.isfinite(value):
         raise ValueError(f"reference_line needs a finite position, got {value}")
-    kwargs: dict[str, Any] = dict(color=COLORS["reference"], linestyle=style, linewidth=1.0,
-                                  label=label)
+    kwargs: dict[str, Any] = dict(
+        color=COLORS["reference"], linestyle=style, linewidth=1.0, label=label
+    )
     line = ax.axvline(value, **kwargs) if x is not None else ax.axhline(value, **kwargs)
     if text:
         if x is not None:
-            ax.annotate(text, (value, 0.5), xycoords=("data", "axes fraction"), xytext=(4, 0),
-                        textcoords="offset points", color=COLORS["reference"], fontsize=9)
+            ax.annotate(
+                text,
+                (value, 0.5),
+                xycoords=("data", "axes fraction"),
+                xytext=(4, 0),
+                textcoords="offset points",
+                color=COLORS["reference"],
+                fontsize=9,
+            )
         else:
-            ax.annotate(text, (0.01, value), xycoords=("axes fraction", "data"), xytext=(0, 3),
-                        textcoords="offset points", color=COLORS["reference"], fontsize=9)
+            ax.annotate(
+                text,
+                (0.01, value),
+                xycoords=("axes fraction", "data"),
+                xytext=(0, 3),
+                textcoords="offset points",
+                color=COLORS["reference"],
+                fontsize=9,
+            )
     return line
 
 
-def bar_plot(ax: Axes, categories: Sequence[object], series: Mapping[str, Numbers], *,
-             xlabel: str | None = None, ylabel: str | None = None, title: str | None = None,
-             legend: bool | str = True) -> list[BarContainer]:
+def bar_plot(
+    ax: Axes,
+    categories: Sequence[object],
+    series: Mapping[str, Numbers],
+    *,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    title: str | None = None,
+    legend: bool | str = True,
+) -> list[BarContainer]:
     """Grouped bars: for each label of ``series`` (label -> one value per category) one bar
     per category, side by side. Returns the bar containers, one per series."""
     if not isinstance(series, Mapping) or not series:
@@ -453,18 +574,36 @@ def bar_plot(ax: Axes, categories: Sequence[object], series: Mapping[str, Number
         v = _as_array(values, f"series {label!r}")
         if v.shape != positions.shape:
             raise ValueError(
-                f"series {label!r} has shape {v.shape} for {len(categories)} categories")
+                f"series {label!r} has shape {v.shape} for {len(categories)} categories"
+            )
         offset = (i - (len(series) - 1) / 2) * width
-        bars.append(ax.bar(positions + offset, v, width=width, label=label,
-                           color=_CYCLE[i % len(_CYCLE)]))
-    finish_axes(ax, title=title, xlabel=xlabel, ylabel=ylabel, xticks=positions,
-                xticklabels=[str(c) for c in categories], legend=legend)
+        bars.append(
+            ax.bar(positions + offset, v, width=width, label=label, color=_CYCLE[i % len(_CYCLE)])
+        )
+    finish_axes(
+        ax,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        xticks=positions,
+        xticklabels=[str(c) for c in categories],
+        legend=legend,
+    )
     return bars
 
 
-def scatter_plot(ax: Axes, x: Numbers, y: Numbers, *, values: Numbers | None = None,
-                 label: str | None = None, size: float = 12, hollow: bool = False,
-                 color: str | None = None, cmap: str | Colormap = "viridis") -> PathCollection:
+def scatter_plot(
+    ax: Axes,
+    x: Numbers,
+    y: Numbers,
+    *,
+    values: Numbers | None = None,
+    label: str | None = None,
+    size: float = 12,
+    hollow: bool = False,
+    color: str | None = None,
+    cmap: str | Colormap = "viridis",
+) -> PathCollection:
     """Points on ``ax``; ``values`` colours each by a number (through ``cmap``), ``hollow``
     draws rings (to mark points already drawn). Returns the collection."""
     xs, ys = _as_array(x, "x"), _as_array(y, "y")
@@ -472,8 +611,9 @@ def scatter_plot(ax: Axes, x: Numbers, y: Numbers, *, values: Numbers | None = N
         raise ValueError(f"x has shape {xs.shape}, y has shape {ys.shape}")
     color = color or COLORS["measured"]
     if hollow:
-        return ax.scatter(xs, ys, s=size, facecolors="none", edgecolors=color, label=label,
-                          zorder=3)
+        return ax.scatter(
+            xs, ys, s=size, facecolors="none", edgecolors=color, label=label, zorder=3
+        )
     if values is not None:
         c = _as_array(values, "values")
         if c.shape != xs.shape:
@@ -482,38 +622,60 @@ def scatter_plot(ax: Axes, x: Numbers, y: Numbers, *, values: Numbers | None = N
     return ax.scatter(xs, ys, s=size, color=color, label=label, zorder=2)
 
 
-def seeds_plot(ax: Axes, categories: Sequence[object], values: Iterable[Numbers], *,
-               xlabel: str | None = None, ylabel: str | None = None,
-               title: str | None = None) -> tuple[PathCollection, ErrorbarContainer]:
+def seeds_plot(
+    ax: Axes,
+    categories: Sequence[object],
+    values: Iterable[Numbers],
+    *,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    title: str | None = None,
+) -> tuple[PathCollection, ErrorbarContainer]:
     """Results of several seeds per setting: each seed as a faint dot, the mean +- one
     standard deviation as a line with error bars. ``values`` holds one list of per-seed
     results per category. Returns ``(dots, errorbar)``."""
     rows = [_as_array(v, "values") for v in values]
     if len(rows) != len(categories) or any(r.ndim != 1 or r.size == 0 for r in rows):
-        raise ValueError(f"values needs one non-empty list of per-seed results for each of the "
-                         f"{len(categories)} categories, got {len(rows)}")
+        raise ValueError(
+            f"values needs one non-empty list of per-seed results for each of the "
+            f"{len(categories)} categories, got {len(rows)}"
+        )
     positions = np.arange(len(categories))
-    xs = np.concatenate([np.full(r.size, p, dtype=float)
-                         for p, r in zip(positions, rows, strict=True)])
-    dots = ax.scatter(xs, np.concatenate(rows), color=COLORS["measured"], alpha=0.5, s=14,
-                      label="single seeds")
+    xs = np.concatenate(
+        [np.full(r.size, p, dtype=float) for p, r in zip(positions, rows, strict=True)]
+    )
+    dots = ax.scatter(
+        xs, np.concatenate(rows), color=COLORS["measured"], alpha=0.5, s=14, label="single seeds"
+    )
     means, sds = np.array([r.mean() for r in rows]), np.array([r.std() for r in rows])
-    bars = ax.errorbar(positions, means, yerr=sds, fmt="o-", color=COLORS["second"], capsize=3,
-                       label="mean ± sd")
-    finish_axes(ax, title=title, xlabel=xlabel, ylabel=ylabel, xticks=positions,
-                xticklabels=[str(c) for c in categories])
+    bars = ax.errorbar(
+        positions, means, yerr=sds, fmt="o-", color=COLORS["second"], capsize=3, label="mean ± sd"
+    )
+    finish_axes(
+        ax,
+        title=title,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        xticks=positions,
+        xticklabels=[str(c) for c in categories],
+    )
     return dots, bars
 
 
-def annotate(ax: Axes, text: str, xy: tuple[float, float],
-             xytext: tuple[float, float] | None = None, *, arrow: bool = True,
-             point: bool = False) -> Annotation:
+def annotate(
+    ax: Axes,
+    text: str,
+    xy: tuple[float, float],
+    xytext: tuple[float, float] | None = None,
+    *,
+    arrow: bool = True,
+    point: bool = False,
+) -> Annotation:
     """Write ``text`` at ``xytext`` (data coordinates) with an arrow to ``xy``; ``point``
     also marks ``xy`` with a dot. Returns the annotation."""
     if point:
         ax.scatter([xy[0]], [xy[1]], color=COLORS["measured"], s=20, zorder=3)
-    props = (dict(arrowstyle="->", color=COLORS["theory"]) if arrow and xytext is not None
-             else None)
+    props = dict(arrowstyle="->", color=COLORS["theory"]) if arrow and xytext is not None else None
     return ax.annotate(text, xy, xytext=xytext, arrowprops=props, fontsize=9)
 
 
@@ -522,18 +684,32 @@ def annotate(ax: Axes, text: str, xy: tuple[float, float],
 # --------------------------------------------------------------------------------------------
 
 
-def diagram_axes(ax: Axes, *, xlim: tuple[float, float] | None = None,
-                 ylim: tuple[float, float] | None = None, title: str | None = None,
-                 equal_aspect: bool = True) -> Axes:
+def diagram_axes(
+    ax: Axes,
+    *,
+    xlim: tuple[float, float] | None = None,
+    ylim: tuple[float, float] | None = None,
+    title: str | None = None,
+    equal_aspect: bool = True,
+) -> Axes:
     """Turn ``ax`` into a canvas for :func:`box`, :func:`arrow` and :func:`note`: no frame,
     no ticks, the given data limits, equal scales by default. Returns ``ax``."""
     ax.set_axis_off()
     return finish_axes(ax, xlim=xlim, ylim=ylim, title=title, equal_aspect=equal_aspect)
 
 
-def box(ax: Axes, xy: tuple[float, float], width: float, height: float,
-        text: str | None = None, *, color: str = "#eeeeee", rounded: bool = False,
-        fontsize: float = 9, text_color: str = "black") -> Patch:
+def box(
+    ax: Axes,
+    xy: tuple[float, float],
+    width: float,
+    height: float,
+    text: str | None = None,
+    *,
+    color: str = "#eeeeee",
+    rounded: bool = False,
+    fontsize: float = 9,
+    text_color: str = "black",
+) -> Patch:
     """A filled box with its lower-left corner at ``xy`` and ``text`` in its centre. Returns
     the patch."""
     from matplotlib.patches import FancyBboxPatch, Rectangle
@@ -541,26 +717,43 @@ def box(ax: Axes, xy: tuple[float, float], width: float, height: float,
     if width <= 0 or height <= 0:
         raise ValueError(f"box needs a positive width and height, got {width} x {height}")
     style: dict[str, Any] = dict(facecolor=color, edgecolor=COLORS["theory"], linewidth=0.8)
-    patch: Patch = (FancyBboxPatch(xy, width, height, boxstyle="round,pad=0.02", **style) if rounded
-             else Rectangle(xy, width, height, **style))
+    patch: Patch = (
+        FancyBboxPatch(xy, width, height, boxstyle="round,pad=0.02", **style)
+        if rounded
+        else Rectangle(xy, width, height, **style)
+    )
     ax.add_patch(patch)
     if text:
-        ax.text(xy[0] + width / 2, xy[1] + height / 2, text, ha="center", va="center",
-                fontsize=fontsize, color=text_color)
+        ax.text(
+            xy[0] + width / 2,
+            xy[1] + height / 2,
+            text,
+            ha="center",
+            va="center",
+            fontsize=fontsize,
+            color=text_color,
+        )
     return patch
 
 
-def arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], *,
-          via: Sequence[tuple[float, float]] = (), text: str | None = None,
-          color: str = COLORS["theory"]) -> FancyArrowPatch:
+def arrow(
+    ax: Axes,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    *,
+    via: Sequence[tuple[float, float]] = (),
+    text: str | None = None,
+    color: str = COLORS["theory"],
+) -> FancyArrowPatch:
     """An arrow from ``start`` to ``end``, through the corners ``via`` (e.g. a residual path
     around a block); ``text`` labels the last segment. Returns the arrow patch."""
     points = [(p[0], p[1]) for p in (start, *via, end)]  # lists or arrays too
     if len(points) > 2:
         xs, ys = zip(*points[:-1], strict=True)
         ax.plot(xs, ys, color=color, linewidth=1.0)
-    patch = FancyArrowPatch(points[-2], points[-1], arrowstyle="-|>", mutation_scale=12,
-                            color=color, linewidth=1.0)
+    patch = FancyArrowPatch(
+        points[-2], points[-1], arrowstyle="-|>", mutation_scale=12, color=color, linewidth=1.0
+    )
     ax.add_patch(patch)
     if text:
         (x0, y0), (x1, y1) = points[-2], points[-1]
@@ -568,15 +761,24 @@ def arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], *,
     return patch
 
 
-def note(ax: Axes, xy: tuple[float, float], text: str, *, fontsize: float = 9,
-         color: str = "black", circled: bool = False, **kwargs: Any) -> Text:
+def note(
+    ax: Axes,
+    xy: tuple[float, float],
+    text: str,
+    *,
+    fontsize: float = 9,
+    color: str = "black",
+    circled: bool = False,
+    **kwargs: Any,
+) -> Text:
     """Plain ``text`` centred at ``xy`` (data coordinates); ``circled`` draws it in a white
     circle (an adder "+" in a block diagram). Other keyword arguments go to ``ax.text``
     (``rotation``, ``ha``). Returns the text."""
     style: dict[str, Any] = dict(ha="center", va="center", fontsize=fontsize, color=color)
     if circled:
-        style["bbox"] = dict(boxstyle="circle,pad=0.15", facecolor="white",
-                             edgecolor=COLORS["theory"])
+        style["bbox"] = dict(
+            boxstyle="circle,pad=0.15", facecolor="white", edgecolor=COLORS["theory"]
+        )
     style.update(kwargs)
     return ax.text(xy[0], xy[1], text, **style)
 

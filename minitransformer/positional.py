@@ -64,8 +64,13 @@ def _work_device(device: torch.device | str | None) -> torch.device | None:
     return torch.device("cpu") if device is not None and device.type == "mps" else device
 
 
-def angular_frequencies(d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float64,
-                        *, device: torch.device | str | None = None) -> Tensor:
+def angular_frequencies(
+    d_model: int,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float64,
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """The ``d_model / 2`` angular frequencies ``omega_i = base ** (-2i / d_model)``, from 1 down
     towards ``1 / base`` (section "The formula"): pair ``(2i, 2i + 1)`` turns by ``omega_i`` per
     position."""
@@ -138,8 +143,9 @@ class PositionalEncoding(nn.Module):
 
     pe: Tensor  # (max_len, d_model), the buffer registered in __init__
 
-    def __init__(self, d_model: int, max_len: int = 5000, *, dropout: float = 0.1,
-                 base: float = 10000.0) -> None:
+    def __init__(
+        self, d_model: int, max_len: int = 5000, *, dropout: float = 0.1, base: float = 10000.0
+    ) -> None:
         super().__init__()
         self.d_model = _check_even(d_model)
         self.max_len = positive_int("max_len", max_len)
@@ -165,8 +171,9 @@ class LearnedPositionalEmbedding(nn.Module):
     sequence reaches that position (section "Learned or sinusoidal?").
     """
 
-    def __init__(self, d_model: int, max_len: int = 5000, *, dropout: float = 0.0,
-                 init_std: float = 1.0) -> None:
+    def __init__(
+        self, d_model: int, max_len: int = 5000, *, dropout: float = 0.0, init_std: float = 1.0
+    ) -> None:
         super().__init__()
         self.d_model = positive_int("d_model", d_model)
         self.max_len = positive_int("max_len", max_len)
@@ -187,8 +194,9 @@ class LearnedPositionalEmbedding(nn.Module):
 def _check_positions_input(x: Tensor, d_model: int, max_len: int, start: int, who: str) -> int:
     tensor("x", x, kind="float")
     if x.dim() != 3 or x.shape[-1] != d_model:
-        raise ValueError(f"{who} expects x of shape (B, T, d_model={d_model}), "
-                         f"got {tuple(x.shape)}")
+        raise ValueError(
+            f"{who} expects x of shape (B, T, d_model={d_model}), got {tuple(x.shape)}"
+        )
     start = positive_int("start", start, allow_zero=True)
     T = x.shape[1]
     if start + T > max_len:

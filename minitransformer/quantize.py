@@ -46,8 +46,10 @@ class Int8Tensor:
             raise TypeError(f"values must be an int8 tensor, got dtype {self.values.dtype}")
         tensor("scale", self.scale, kind="float", ndim=self.values.dim())
         if any(s not in (1, v) for s, v in zip(self.scale.shape, self.values.shape, strict=True)):
-            raise ValueError(f"scale {tuple(self.scale.shape)} must have values' shape "
-                             f"{tuple(self.values.shape)} with some dimensions set to 1")
+            raise ValueError(
+                f"scale {tuple(self.scale.shape)} must have values' shape "
+                f"{tuple(self.values.shape)} with some dimensions set to 1"
+            )
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """Back to floating point: ``values * scale``, in ``dtype``."""
@@ -57,8 +59,10 @@ class Int8Tensor:
     @property
     def nbytes(self) -> int:
         """The bytes held, one per value plus the scales."""
-        return (self.values.numel() * self.values.element_size()
-                + self.scale.numel() * self.scale.element_size())
+        return (
+            self.values.numel() * self.values.element_size()
+            + self.scale.numel() * self.scale.element_size()
+        )
 
     @property
     def shape(self) -> torch.Size:
@@ -76,8 +80,9 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTY
         raise ValueError("x must have at least one dimension to take scales over, got a 0-d tensor")
     dim = as_int("dim", dim)
     if not -x.dim() <= dim < x.dim():
-        raise ValueError(f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape "
-                         f"{tuple(x.shape)}, got {dim}")
+        raise ValueError(
+            f"dim must be in [{-x.dim()}, {x.dim()}) for x of shape {tuple(x.shape)}, got {dim}"
+        )
     scale_dtype = _float_dtype("scale_dtype", scale_dtype)
     if x.shape[dim] == 0:  # empty slices: nothing to scale (they get scale 1 below)
         shape = list(x.shape)
@@ -87,11 +92,14 @@ def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTY
         absmax = x.detach().abs().amax(dim=dim, keepdim=True).float()
     largest = float(absmax.max()) if absmax.numel() else 0.0
     if not math.isfinite(largest):
-        raise ValueError(f"x must be finite to be quantised; its largest magnitude is {largest} "
-                         "(not finite)")
+        raise ValueError(
+            f"x must be finite to be quantised; its largest magnitude is {largest} (not finite)"
+        )
     if largest / QMAX > torch.finfo(scale_dtype).max:
-        raise ValueError(f"x's largest magnitude {largest:.3g} gives a scale that does not fit "
-                         f"in scale_dtype {scale_dtype}")
+        raise ValueError(
+            f"x's largest magnitude {largest:.3g} gives a scale that does not fit "
+            f"in scale_dtype {scale_dtype}"
+        )
     # Round the scale to its storage dtype *before* quantising, so that the values are
     # consistent with the scale that is kept; a zero slice gets scale 1 (its values are 0).
     scale = (absmax / QMAX).to(scale_dtype)
@@ -122,17 +130,20 @@ class Int8AttentionCache(AttentionCache):
         B, h_kv, _, d_k = like_k.shape
         self.dtype = like_k.dtype  # what attention gets back
         self.keys = torch.empty(B, h_kv, capacity, d_k, dtype=torch.int8, device=like_k.device)
-        self.values = torch.empty(B, h_kv, capacity, like_v.shape[-1], dtype=torch.int8,
-                                  device=like_v.device)
-        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE,
-                                      device=like_k.device)
-        self.value_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE,
-                                        device=like_v.device)
+        self.values = torch.empty(
+            B, h_kv, capacity, like_v.shape[-1], dtype=torch.int8, device=like_v.device
+        )
+        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_k.device)
+        self.value_scales = torch.empty(
+            B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_v.device
+        )
 
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
         assert self.keys is not None and self.values is not None  # update() allocated them
-        for q, values, scales in ((quantize_int8(key), self.keys, self.key_scales),
-                                  (quantize_int8(value), self.values, self.value_scales)):
+        for q, values, scales in (
+            (quantize_int8(key), self.keys, self.key_scales),
+            (quantize_int8(value), self.values, self.value_scales),
+        ):
             values[:, :, start:end] = q.values  # (B, h_kv, n, d)
             scales[:, :, start:end] = q.scale  # (B, h_kv, n, 1)
 
@@ -149,8 +160,9 @@ def int8_kv_cache_bytes(
     """Bytes of an :class:`Int8AttentionCache` KV cache: one byte per element, as
     :func:`~minitransformer.kv_memory.kv_cache_bytes` with ``bytes_per_element=1``, plus one
     float16 scale per key and per value vector (per layer, KV head, position and sequence)."""
-    values = kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size,
-                            bytes_per_element=1)
+    values = kv_cache_bytes(
+        num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element=1
+    )
     scale_bytes = torch.finfo(SCALE_DTYPE).bits // 8
     scales = 2 * num_layers * num_kv_heads * seq_len * batch_size * scale_bytes
     return values + scales

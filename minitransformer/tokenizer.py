@@ -69,8 +69,11 @@ ENDOFTEXT = "<|endoftext|>"
 # to U+0100 onwards (the space becomes "Ġ"). Its vocabulary, and that of Hugging Face's
 # byte-level BPE, lists the bytes in the order of those characters. We keep that order, so that
 # ids agree with theirs: it also decides which of two equally frequent pairs is merged first.
-_PRINTABLE = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-              *range(ord("®"), ord("ÿ") + 1)]
+_PRINTABLE = [
+    *range(ord("!"), ord("~") + 1),
+    *range(ord("¡"), ord("¬") + 1),
+    *range(ord("®"), ord("ÿ") + 1),
+]
 #: The 256 byte values in vocabulary order (the printable ones, then the others).
 BYTE_ORDER: tuple[int, ...] = tuple(_PRINTABLE + [b for b in range(256) if b not in _PRINTABLE])
 
@@ -99,8 +102,10 @@ def _utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as err:  # a lone surrogate such as "\ud800" has no UTF-8
-        raise ValueError(f"text is not valid Unicode: {err.reason} at index {err.start} "
-                         f"({text[err.start:err.end]!r})") from None
+        raise ValueError(
+            f"text is not valid Unicode: {err.reason} at index {err.start} "
+            f"({text[err.start : err.end]!r})"
+        ) from None
 
 
 def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -111,12 +116,15 @@ def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[i
         raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise TypeError(f"pair must be a pair of ints (left, right), got {pair!r}")
+
     def token_id(name: str, value: object) -> int:
         return positive_int(name, value, allow_zero=True)
 
-    return _merge([token_id(f"ids[{i}]", x) for i, x in enumerate(ids)],
-                  (token_id("pair[0]", pair[0]), token_id("pair[1]", pair[1])),
-                  token_id("new_id", new_id))
+    return _merge(
+        [token_id(f"ids[{i}]", x) for i, x in enumerate(ids)],
+        (token_id("pair[0]", pair[0]), token_id("pair[1]", pair[1])),
+        token_id("new_id", new_id),
+    )
 
 
 def _merge(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -145,12 +153,17 @@ class BPETokenizer:
         special_tokens: the special tokens' strings, in id order.
     """
 
-    def __init__(self, merges: Sequence[tuple[int, int]] = (),
-                 special_tokens: Sequence[str] = (PAD, ENDOFTEXT)) -> None:
-        if isinstance(special_tokens, str) or not all(isinstance(s, str) and s
-                                                      for s in special_tokens):
-            raise TypeError(f"special_tokens must be a sequence of non-empty str, got "
-                            f"{special_tokens!r}")
+    def __init__(
+        self,
+        merges: Sequence[tuple[int, int]] = (),
+        special_tokens: Sequence[str] = (PAD, ENDOFTEXT),
+    ) -> None:
+        if isinstance(special_tokens, str) or not all(
+            isinstance(s, str) and s for s in special_tokens
+        ):
+            raise TypeError(
+                f"special_tokens must be a sequence of non-empty str, got {special_tokens!r}"
+            )
         if len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must be distinct, got {list(special_tokens)}")
         self.special_tokens = list(special_tokens)
@@ -159,16 +172,16 @@ class BPETokenizer:
         self._byte_id = [0] * 256  # byte value -> its id
         for i, b in enumerate(BYTE_ORDER):
             self._byte_id[b] = len(self.special_tokens) + i
-        self._id_of = {token: i for i, token in enumerate(self.vocab)
-                       if i >= len(self.special_tokens)}  # bytes -> id (not the specials)
+        self._id_of = {
+            token: i for i, token in enumerate(self.vocab) if i >= len(self.special_tokens)
+        }  # bytes -> id (not the specials)
         self.merges: list[tuple[int, int]] = []
         self._rank: dict[tuple[int, int], int] = {}  # pair -> rank (when it was learned)
         self._merged: dict[tuple[int, int], int] = {}  # pair -> the id of the merged token
         self._cache: dict[str, list[int]] = {}  # chunk -> ids (text repeats its words)
         for pair in merges:
             self._add_merge(pair)
-        special = "|".join(re.escape(s) for s in sorted(self.special_tokens, key=len,
-                                                         reverse=True))
+        special = "|".join(re.escape(s) for s in sorted(self.special_tokens, key=len, reverse=True))
         self._special_pattern = re.compile(f"({special})") if special else None
 
     def _add_merge(self, pair: tuple[int, int]) -> int:
@@ -176,8 +189,10 @@ class BPETokenizer:
         a, b = (as_int("merge id", i) for i in pair)
         for i in (a, b):
             if not len(self.special_tokens) <= i < len(self.vocab):
-                raise ValueError(f"merge {pair} uses id {i}, not a byte or merged token "
-                                 f"[{len(self.special_tokens)}, {len(self.vocab)})")
+                raise ValueError(
+                    f"merge {pair} uses id {i}, not a byte or merged token "
+                    f"[{len(self.special_tokens)}, {len(self.vocab)})"
+                )
         if (a, b) in self._rank:
             raise ValueError(f"merge {pair} is listed twice")
         token = self.vocab[a] + self.vocab[b]
@@ -220,7 +235,8 @@ class BPETokenizer:
         if vocab_size < len(tok.vocab):
             raise ValueError(
                 f"vocab_size must be at least 256 bytes + {len(tok.special_tokens)} special "
-                f"tokens = {len(tok.vocab)}, got {vocab_size}")
+                f"tokens = {len(tok.vocab)}, got {vocab_size}"
+            )
 
         # 1. Pre-tokenise; each distinct chunk becomes a "word" of byte ids, with its count.
         chunk_counts = Counter(chunk for t in texts for chunk in pretokenize(t))
@@ -274,8 +290,9 @@ class BPETokenizer:
 
     def _special_id(self, token: str) -> int:
         if token not in self.special_tokens:
-            raise ValueError(f"this tokenizer has no {token} token; its special tokens are "
-                             f"{self.special_tokens}")
+            raise ValueError(
+                f"this tokenizer has no {token} token; its special tokens are {self.special_tokens}"
+            )
         return self.special_tokens.index(token)
 
     @property
@@ -339,12 +356,14 @@ class BPETokenizer:
         for i, raw in enumerate(ids):
             token_id = as_int(f"ids[{i}]", raw)
             if not 0 <= token_id < len(self.vocab):
-                raise ValueError(f"ids[{i}] = {token_id} is outside the vocabulary "
-                                 f"[0, {len(self.vocab)})")
+                raise ValueError(
+                    f"ids[{i}] = {token_id} is outside the vocabulary [0, {len(self.vocab)})"
+                )
             parts.append(self.vocab[token_id])
         return b"".join(parts).decode("utf-8", errors="replace")
 
     def __repr__(self) -> str:
-        return (f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
-                f"special_tokens={self.special_tokens})")
-
+        return (
+            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
+            f"special_tokens={self.special_tokens})"
+        )

@@ -113,9 +113,11 @@ def noam_lambda(
     ``LambdaLR`` passes the number of updates done (0 before the first); with a base learning
     rate of 1, update ``k`` runs with ``noam_learning_rate(k, ...)``.
     """
+
     def lr_lambda(done: int) -> float:
-        return noam_learning_rate(done + 1, d_model, warmup_steps, scale,
-                                  total_steps=total_steps, decay_steps=decay_steps)
+        return noam_learning_rate(
+            done + 1, d_model, warmup_steps, scale, total_steps=total_steps, decay_steps=decay_steps
+        )
 
     lr_lambda(0)  # check the arguments now
     return lr_lambda
@@ -147,8 +149,9 @@ def make_optimizer(
             raise ValueError(
                 f"pass d_model explicitly: {type(model).__name__} has no integer d_model attribute"
             )
-    lr_lambda = noam_lambda(d_model, warmup_steps, scale, total_steps=total_steps,
-                            decay_steps=decay_steps)
+    lr_lambda = noam_lambda(
+        d_model, warmup_steps, scale, total_steps=total_steps, decay_steps=decay_steps
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=betas, eps=eps)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda)
 
@@ -215,8 +218,11 @@ class LabelSmoothingLoss(nn.Module):
             )
         _check_target(target, logits.shape[-1], self.ignore_index)
         log_p = torch.log_softmax(logits, dim=-1)  # (..., V)
-        keep = (torch.ones_like(target, dtype=torch.bool) if self.ignore_index is None
-                else target != self.ignore_index)  # (...)
+        keep = (
+            torch.ones_like(target, dtype=torch.bool)
+            if self.ignore_index is None
+            else target != self.ignore_index
+        )  # (...)
         safe_target = torch.where(keep, target, torch.zeros_like(target)).long()
         nll = -log_p.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)  # (...) -log p_y
         uniform = -log_p.mean(dim=-1)  # (...) mean_v -log p_v
@@ -253,8 +259,9 @@ def teacher_forcing(tgt: Tensor) -> tuple[Tensor, Tensor]:
     reverse task")."""
     _checks.tensor("tgt", tgt, kind="int", ndim=2, what="(B, T + 1)")
     if tgt.shape[1] < 2:
-        raise ValueError("tgt must be (B, T + 1) with T + 1 >= 2 (BOS + one token), got "
-                         f"{tuple(tgt.shape)}")
+        raise ValueError(
+            f"tgt must be (B, T + 1) with T + 1 >= 2 (BOS + one token), got {tuple(tgt.shape)}"
+        )
     return tgt[:, :-1], tgt[:, 1:]
 
 
@@ -277,8 +284,9 @@ def _split_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor]:
             f"tgt_out (B, T) = {tuple(tgt_out.shape)} must have one batch size"
         )
     if src.shape[0] == 0 or src.shape[1] == 0:
-        raise ValueError(f"a batch needs B >= 1 rows and S >= 1 source tokens, got src "
-                         f"{tuple(src.shape)}")
+        raise ValueError(
+            f"a batch needs B >= 1 rows and S >= 1 source tokens, got src {tuple(src.shape)}"
+        )
     return src, tgt_in, tgt_out
 
 
@@ -326,8 +334,10 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     sizes: set[str] = set()  # the dim-0 size of every tensor in the batch
     _map_tensors(lambda x: sizes.add(str(x.shape[0]) if x.dim() else "0-d"), batch)
     if len(sizes) != 1 or "0-d" in sizes:
-        raise ValueError(f"every tensor of a batch needs the same batch size B on dim 0, got "
-                         f"{', '.join(sorted(sizes)) or 'no tensor'}")
+        raise ValueError(
+            f"every tensor of a batch needs the same batch size B on dim 0, got "
+            f"{', '.join(sorted(sizes)) or 'no tensor'}"
+        )
     B = int(sizes.pop())
     if B % world_size:
         raise ValueError(
@@ -380,8 +390,9 @@ def _device_of(model: nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def _batch_stream(batches: Iterable[Any] | Callable[[], Any],
-                  num_steps: int | None) -> tuple[Iterable[Any], int | None]:
+def _batch_stream(
+    batches: Iterable[Any] | Callable[[], Any], num_steps: int | None
+) -> tuple[Iterable[Any], int | None]:
     """``(iterable of at most num_steps batches, their number if known)``."""
     if callable(batches):
         if num_steps is None:
@@ -450,8 +461,9 @@ def train(
     eval_every = _checks.positive_int("eval_every", eval_every)
     pad_id = _checks.as_int("pad_id", pad_id)
     if clip_grad_norm is not None:
-        clip_grad_norm = _checks.finite_float("clip_grad_norm", clip_grad_norm, low=0.0,
-                                              low_open=True)
+        clip_grad_norm = _checks.finite_float(
+            "clip_grad_norm", clip_grad_norm, low=0.0, low_open=True
+        )
     batches, total = _batch_stream(batches, num_steps)
     if loss is None:
         if loss_fn is None:
@@ -497,8 +509,9 @@ def train(
                 batch = shard_batch(batch, rank, world_size)
             model.train()
             lr = optimizer.param_groups[0]["lr"]
-            mean_value = _update(net, model, batch, loss, optimizer, scheduler, clip_grad_norm,
-                                 world_size, step + 1)
+            mean_value = _update(
+                net, model, batch, loss, optimizer, scheduler, clip_grad_norm, world_size, step + 1
+            )
             step += 1
             history.loss.append(mean_value)
             history.lr.append(float(lr))
@@ -515,41 +528,58 @@ def train(
     return history
 
 
-def _check_train_args(model: nn.Module, optimizer: torch.optim.Optimizer,
-                      scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-                      loss: Callable[[nn.Module, Any], Tensor] | None, loss_fn: nn.Module | None,
-                      eval_fn: Callable[[nn.Module], float] | None) -> None:
+def _check_train_args(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    loss: Callable[[nn.Module, Any], Tensor] | None,
+    loss_fn: nn.Module | None,
+    eval_fn: Callable[[nn.Module], float] | None,
+) -> None:
     """:func:`train`'s type checks: a clear error before the first update, not in it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
     if scheduler is not None and not callable(getattr(scheduler, "step", None)):
         raise TypeError(f"scheduler must have a step() method, got {type(scheduler).__name__}")
     for name, fn in (("loss", loss), ("eval_fn", eval_fn)):
         if fn is not None and not callable(fn):
             raise TypeError(f"{name} must be callable, got {type(fn).__name__}")
     if loss is not None and loss_fn is not None:
-        raise ValueError("pass either loss (a function of model and batch) or loss_fn (the "
-                         "criterion of the default seq2seq loss), not both")
+        raise ValueError(
+            "pass either loss (a function of model and batch) or loss_fn (the "
+            "criterion of the default seq2seq loss), not both"
+        )
 
 
-def _update(net: nn.Module, model: nn.Module, batch: Any,
-            loss: Callable[[nn.Module, Any], Tensor], optimizer: torch.optim.Optimizer,
-            scheduler: torch.optim.lr_scheduler.LRScheduler | None,
-            clip_grad_norm: float | None, world_size: int, step: int) -> float:
+def _update(
+    net: nn.Module,
+    model: nn.Module,
+    batch: Any,
+    loss: Callable[[nn.Module, Any], Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    clip_grad_norm: float | None,
+    world_size: int,
+    step: int,
+) -> float:
     """One update of :func:`train` (its number is ``step``): loss, backward, clip, optimizer and
     scheduler step. ``net`` is what the loss calls (``model`` or its DDP wrapper). Returns the
     loss, averaged over the processes."""
     value = loss(net, batch)
     if not isinstance(value, Tensor) or value.dim() != 0:
-        raise ValueError(f"loss(model, batch) must return a scalar tensor, got "
-                         f"{_checks.shape_of(value)}")
+        raise ValueError(
+            f"loss(model, batch) must return a scalar tensor, got {_checks.shape_of(value)}"
+        )
     mean_value = _mean_over_ranks(value, world_size)  # the same on every process
     if not math.isfinite(mean_value):
-        raise ValueError(f"the loss of update {step} is {mean_value} (a batch whose targets are "
-                         "all padding, or a learning rate that diverges)")
+        raise ValueError(
+            f"the loss of update {step} is {mean_value} (a batch whose targets are "
+            "all padding, or a learning rate that diverges)"
+        )
     optimizer.zero_grad(set_to_none=True)
     value.backward()  # DDP averages the gradients over the processes here
     if clip_grad_norm is not None:
@@ -587,8 +617,9 @@ def evaluate_loss(
     finally:
         model.train(was_training)
     if count == 0:
-        raise ValueError("evaluate_loss got no non-padding target tokens (no batch, or only "
-                         "padding)")
+        raise ValueError(
+            "evaluate_loss got no non-padding target tokens (no batch, or only padding)"
+        )
     return total / count
 
 
@@ -618,8 +649,10 @@ def exact_match(predictions: Tensor, targets: Tensor, eos_id: int, pad_id: int =
             f"predictions (B, T') = {tuple(predictions.shape)} and targets (B, T) = "
             f"{tuple(targets.shape)} must have the same batch size"
         )
-    same = [_until_eos(p, eos_id, pad_id) == _until_eos(t, eos_id, pad_id)
-            for p, t in zip(predictions.tolist(), targets.tolist(), strict=True)]
+    same = [
+        _until_eos(p, eos_id, pad_id) == _until_eos(t, eos_id, pad_id)
+        for p, t in zip(predictions.tolist(), targets.tolist(), strict=True)
+    ]
     return torch.tensor(same, dtype=torch.bool, device=predictions.device)
 
 
@@ -669,8 +702,9 @@ def sequence_accuracy(
             if beam_size is None:
                 out = greedy_decode(model, s, max_len, bos_id, eos_id, pad_id=pad_id)
             else:
-                out = beam_search(model, s, max_len, bos_id, eos_id, beam_size=beam_size,
-                                  pad_id=pad_id)
+                out = beam_search(
+                    model, s, max_len, bos_id, eos_id, beam_size=beam_size, pad_id=pad_id
+                )
             correct += int(exact_match(out, t, eos_id, pad_id).sum())
     finally:
         model.train(was_training)

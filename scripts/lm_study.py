@@ -73,8 +73,10 @@ def bpe_table(train_docs, held_docs, sizes, rounds):
         for v in sizes:
             tokenizers[v], seconds = timed(BPETokenizer.train, train_docs, v)
             times[v].append(seconds)
-    print(f"{'vocab':>6} {'merges':>6} {'train tokens':>12} {'tok/char':>8} {'char/tok':>8} "
-          f"{'held-out tok':>12} {'emb. share':>10}  training time")
+    print(
+        f"{'vocab':>6} {'merges':>6} {'train tokens':>12} {'tok/char':>8} {'char/tok':>8} "
+        f"{'held-out tok':>12} {'emb. share':>10}  training time"
+    )
     for v in sizes:
         tok = tokenizers[v]
         n_train = sum(len(tok.encode(d)) for d in train_docs)
@@ -82,15 +84,19 @@ def bpe_table(train_docs, held_docs, sizes, rounds):
         model = DecoderOnlyTransformer(tok.vocab_size, max_len=SEQ_LEN, **MODEL)
         total = sum(p.numel() for p in model.parameters())
         share = model.embed.weight.numel() / total
-        print(f"{tok.vocab_size:>6} {len(tok.merges):>6} {n_train:>12,} {n_train / chars:>8.3f} "
-              f"{chars / n_train:>8.2f} {n_held:>12,} {share:>9.1%}  {spread(times[v])}")
+        print(
+            f"{tok.vocab_size:>6} {len(tok.merges):>6} {n_train:>12,} {n_train / chars:>8.3f} "
+            f"{chars / n_train:>8.2f} {n_held:>12,} {share:>9.1%}  {spread(times[v])}"
+        )
     with torch.device("meta"):  # no memory: the paper's base model, 37,000 shared tokens
         base = Transformer(37000, 37000)
     counts = parameter_breakdown(base)
-    print(f"(UTF-8: {raw_bytes / chars:.3f} bytes per character. The embedding share "
-          f"is of our {MODEL['num_layers']}-layer d_model={MODEL['d_model']} model, tied. The "
-          f"paper's base model: {counts['embeddings'] / 1e6:.1f}M of {counts['total'] / 1e6:.1f}M "
-          f"parameters, {counts['embeddings'] / counts['total']:.1%}.)")
+    print(
+        f"(UTF-8: {raw_bytes / chars:.3f} bytes per character. The embedding share "
+        f"is of our {MODEL['num_layers']}-layer d_model={MODEL['d_model']} model, tied. The "
+        f"paper's base model: {counts['embeddings'] / 1e6:.1f}M of {counts['total'] / 1e6:.1f}M "
+        f"parameters, {counts['embeddings'] / counts['total']:.1%}.)"
+    )
     return tokenizers
 
 
@@ -98,10 +104,14 @@ def lm_study(tok, train_docs, held_docs, seeds, steps):
     print(f"\n== The language model (vocab {tok.vocab_size}) ==")
     train_ids, held_ids = encode_corpus(tok, train_docs), encode_corpus(tok, held_docs)
     held_chars = sum(map(len, held_docs)) + len(held_docs)  # + one <|endoftext|> each
-    print(f"tokens: {len(train_ids):,} training, {len(held_ids):,} held-out "
-          f"({len(train_docs)} and {len(held_docs)} topics, each ended by <|endoftext|>)")
-    print(f"model: {MODEL}, max_len {SEQ_LEN}; training: {steps} steps of {BATCH_SIZE} x "
-          f"{SEQ_LEN} tokens, AdamW lr {LR}, warm-up {WARMUP}, cosine to lr/10")
+    print(
+        f"tokens: {len(train_ids):,} training, {len(held_ids):,} held-out "
+        f"({len(train_docs)} and {len(held_docs)} topics, each ended by <|endoftext|>)"
+    )
+    print(
+        f"model: {MODEL}, max_len {SEQ_LEN}; training: {steps} steps of {BATCH_SIZE} x "
+        f"{SEQ_LEN} tokens, AdamW lr {LR}, warm-up {WARMUP}, cosine to lr/10"
+    )
 
     def per_char(nll: float) -> float:  # bits per character of the held-out text
         return nll * (len(held_ids) - 1) / held_chars / math.log(2)
@@ -112,29 +122,46 @@ def lm_study(tok, train_docs, held_docs, seeds, steps):
         nll = bigram_loss(bigram_log_probs(train_ids, tok.vocab_size, alpha=alpha), held_ids)
         print(f"  add-{alpha:g}: {math.exp(nll):.1f}, {per_char(nll):.3f}")
         best = nll if best is None else min(best, nll)
-    print(f"  best (alpha chosen on the held-out set itself, in the baseline's favour): "
-          f"{math.exp(best):.1f}")
+    print(
+        f"  best (alpha chosen on the held-out set itself, in the baseline's favour): "
+        f"{math.exp(best):.1f}"
+    )
 
     models, results = {}, []
     for seed in seeds:
         torch.manual_seed(seed)
         model = DecoderOnlyTransformer(tok.vocab_size, max_len=SEQ_LEN, **MODEL)
-        history, seconds = timed(train_lm, model, train_ids, steps=steps, seq_len=SEQ_LEN,
-                                 batch_size=BATCH_SIZE, lr=LR, warmup_steps=WARMUP,
-                                 generator=torch.Generator().manual_seed(seed), progress=False)
+        history, seconds = timed(
+            train_lm,
+            model,
+            train_ids,
+            steps=steps,
+            seq_len=SEQ_LEN,
+            batch_size=BATCH_SIZE,
+            lr=LR,
+            warmup_steps=WARMUP,
+            generator=torch.Generator().manual_seed(seed),
+            progress=False,
+        )
         losses = history.loss
         nll = evaluate_lm(model, held_ids, seq_len=SEQ_LEN)
         results.append((seed, seconds, statistics.mean(losses[-20:]), nll))
         models[seed] = model.eval()
-    print(f"{'seed':>4} {'train s':>8} {'last-20 train loss':>18} {'held-out ppl':>12} "
-          f"{'bits/char':>9} {'vs best bigram':>14}")
+    print(
+        f"{'seed':>4} {'train s':>8} {'last-20 train loss':>18} {'held-out ppl':>12} "
+        f"{'bits/char':>9} {'vs best bigram':>14}"
+    )
     for seed, seconds, train_loss, nll in results:
-        print(f"{seed:>4} {seconds:>8.1f} {train_loss:>18.3f} {math.exp(nll):>12.2f} "
-              f"{per_char(nll):>9.3f} {math.exp(nll) / math.exp(best):>13.1%}")
+        print(
+            f"{seed:>4} {seconds:>8.1f} {train_loss:>18.3f} {math.exp(nll):>12.2f} "
+            f"{per_char(nll):>9.3f} {math.exp(nll) / math.exp(best):>13.1%}"
+        )
     ppl = [math.exp(r[3]) for r in results]
-    print(f"held-out perplexity: median {statistics.median(ppl):.2f}, spread "
-          f"{min(ppl):.2f}-{max(ppl):.2f} (best bigram {math.exp(best):.1f}); training "
-          f"{spread([r[1] for r in results])}")
+    print(
+        f"held-out perplexity: median {statistics.median(ppl):.2f}, spread "
+        f"{min(ppl):.2f}-{max(ppl):.2f} (best bigram {math.exp(best):.1f}); training "
+        f"{spread([r[1] for r in results])}"
+    )
     return models[seeds[0]], seeds[0]
 
 
@@ -142,8 +169,14 @@ def samples(model, tok, seed):
     print(f"\n== Samples (model of seed {seed}, prompt {PROMPT!r}, generator seed 0) ==")
     prompt = torch.tensor([tok.encode(PROMPT)])
     for temperature, top_k in SAMPLING:
-        out = generate(model, prompt, SEQ_LEN - prompt.shape[1], temperature=temperature,
-                       top_k=top_k, generator=torch.Generator().manual_seed(0))
+        out = generate(
+            model,
+            prompt,
+            SEQ_LEN - prompt.shape[1],
+            temperature=temperature,
+            top_k=top_k,
+            generator=torch.Generator().manual_seed(0),
+        )
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-k {top_k}"
         print(f"-- {label}:\n{tok.decode(out[0])!r}")
 
@@ -154,18 +187,32 @@ def kv_cache_study(model, tok):
     head_dim = model.d_model // heads
     dtype_bytes = next(model.parameters()).element_size()
     formula = 2 * layers * heads * head_dim * dtype_bytes
-    calculator = kv_cache_bytes(num_layers=layers, num_kv_heads=heads, head_dim=head_dim,
-                                seq_len=1, bytes_per_element=dtype_bytes)
-    print(f"formula 2 x {layers} layers x {heads} KV heads x {head_dim} head_dim x "
-          f"{dtype_bytes} bytes (fp32) = {formula:,} bytes per token (calculator: {calculator:,})")
+    calculator = kv_cache_bytes(
+        num_layers=layers,
+        num_kv_heads=heads,
+        head_dim=head_dim,
+        seq_len=1,
+        bytes_per_element=dtype_bytes,
+    )
+    print(
+        f"formula 2 x {layers} layers x {heads} KV heads x {head_dim} head_dim x "
+        f"{dtype_bytes} bytes (fp32) = {formula:,} bytes per token (calculator: {calculator:,})"
+    )
     B, n = 4, SEQ_LEN - 1
     cache = KVCache.for_model(model, 1 + n)
-    generate(model, torch.full((B, 1), tok.eos_id), n, cache=cache,
-             generator=torch.Generator().manual_seed(0))
+    generate(
+        model,
+        torch.full((B, 1), tok.eos_id),
+        n,
+        cache=cache,
+        generator=torch.Generator().manual_seed(0),
+    )
     used = sum(layer.self_attn.used_nbytes for layer in cache.layers)
-    print(f"measured after generating {B} x {n} tokens: nbytes {cache.nbytes:,} = "
-          f"{cache.nbytes // (B * (1 + n)):,} per token and sequence ({1 + n} positions "
-          f"allocated); filled {cache.length} positions: {used // (B * cache.length):,} per token")
+    print(
+        f"measured after generating {B} x {n} tokens: nbytes {cache.nbytes:,} = "
+        f"{cache.nbytes // (B * (1 + n)):,} per token and sequence ({1 + n} positions "
+        f"allocated); filled {cache.length} positions: {used // (B * cache.length):,} per token"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,13 +226,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [258, 512, 1024, 2048, 4096]
     if args.quick:
         sizes, args.seeds, args.steps, args.rounds = [258, 300], args.seeds[:1], 3, 1
-    print(f"Python {platform.python_version()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads, CPU capability "
-          f"{torch.backends.cpu.get_cpu_capability()}")
+    print(
+        f"Python {platform.python_version()}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()}"
+    )
     train_docs, held_docs = pydoc_split()
-    print(f"pydoc_data.topics: {len(train_docs) + len(held_docs)} topics, "
-          f"{sum(map(len, train_docs + held_docs)):,} characters; held out: every 8th topic "
-          f"from the 3rd ({len(held_docs)} topics, {sum(map(len, held_docs)):,} characters)")
+    print(
+        f"pydoc_data.topics: {len(train_docs) + len(held_docs)} topics, "
+        f"{sum(map(len, train_docs + held_docs)):,} characters; held out: every 8th topic "
+        f"from the 3rd ({len(held_docs)} topics, {sum(map(len, held_docs)):,} characters)"
+    )
     tokenizers = bpe_table(train_docs, held_docs, sizes, args.rounds)
     vocab = VOCAB_SIZE if VOCAB_SIZE in tokenizers else sizes[-1]
     model, seed = lm_study(tokenizers[vocab], train_docs, held_docs, args.seeds, args.steps)

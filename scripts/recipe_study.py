@@ -47,15 +47,35 @@ TARGET = 0.99
 def run(seed: int, args: argparse.Namespace) -> dict:
     """Train one model with data seed and model seed ``seed``; evaluate every ``eval_every``."""
     gen = torch.Generator().manual_seed(seed)
-    batches = [make_batch("reverse", args.batch, MIN_LEN, MAX_LEN, VOCAB, gen)
-               for _ in range(args.steps)]
-    held_out = make_batch("reverse", HELD_OUT_SIZE, MIN_LEN, MAX_LEN, VOCAB,
-                          torch.Generator().manual_seed(HELD_OUT_SEED))
+    batches = [
+        make_batch("reverse", args.batch, MIN_LEN, MAX_LEN, VOCAB, gen) for _ in range(args.steps)
+    ]
+    held_out = make_batch(
+        "reverse",
+        HELD_OUT_SIZE,
+        MIN_LEN,
+        MAX_LEN,
+        VOCAB,
+        torch.Generator().manual_seed(HELD_OUT_SEED),
+    )
     torch.manual_seed(seed)
-    model = Transformer(VOCAB, VOCAB, d_model=D_MODEL, num_heads=HEADS, num_layers=LAYERS,
-                        d_ff=D_FF, dropout=DROPOUT, max_len=MAX_LEN + 2)
-    optimizer, scheduler = make_optimizer(model, warmup_steps=args.warmup, scale=args.scale,
-                                          total_steps=args.steps, decay_steps=args.decay)
+    model = Transformer(
+        VOCAB,
+        VOCAB,
+        d_model=D_MODEL,
+        num_heads=HEADS,
+        num_layers=LAYERS,
+        d_ff=D_FF,
+        dropout=DROPOUT,
+        max_len=MAX_LEN + 2,
+    )
+    optimizer, scheduler = make_optimizer(
+        model,
+        warmup_steps=args.warmup,
+        scale=args.scale,
+        total_steps=args.steps,
+        decay_steps=args.decay,
+    )
     eval_seconds = []
 
     def accuracy(m) -> float:
@@ -64,10 +84,18 @@ def run(seed: int, args: argparse.Namespace) -> dict:
         eval_seconds.append(time.perf_counter() - start)
         return acc
 
-    history = train(model, batches, optimizer, scheduler,
-                    LabelSmoothingLoss(SMOOTHING, ignore_index=PAD_ID), clip_grad_norm=CLIP,
-                    eval_batch=held_out, eval_every=args.eval_every, eval_fn=accuracy,
-                    progress=False)
+    history = train(
+        model,
+        batches,
+        optimizer,
+        scheduler,
+        LabelSmoothingLoss(SMOOTHING, ignore_index=PAD_ID),
+        clip_grad_norm=CLIP,
+        eval_batch=held_out,
+        eval_every=args.eval_every,
+        eval_fn=accuracy,
+        progress=False,
+    )
     acc = history.eval_metric
     first = next((i for i, a in enumerate(acc) if a >= TARGET), None)
     src, tgt = held_out.src[:N_BEAM], held_out.tgt[:N_BEAM]
@@ -92,21 +120,32 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=STEPS)
     parser.add_argument("--warmup", type=int, default=WARMUP)
     parser.add_argument("--scale", type=float, default=SCALE)
-    parser.add_argument("--decay", type=int, default=None,
-                        help="updates of linear decay (default: all after the warm-up)")
+    parser.add_argument(
+        "--decay",
+        type=int,
+        default=None,
+        help="updates of linear decay (default: all after the warm-up)",
+    )
     parser.add_argument("--curves", action="store_true", help="print every evaluation")
-    parser.add_argument("--other-cpu", action="store_true",
-                        help="then repeat the study under the simulated other CPU")
+    parser.add_argument(
+        "--other-cpu",
+        action="store_true",
+        help="then repeat the study under the simulated other CPU",
+    )
     args = parser.parse_args()
     args.decay = args.steps - args.warmup if args.decay is None else args.decay
     torch.set_num_threads(1)  # as in the chapter: tiny models train fastest on one thread
     env = " ".join(f"{k}={os.environ[k]}" for k in OTHER_CPU if k in os.environ) or "native"
-    print(f"recipe: batch {args.batch}, {args.steps} updates, warm-up {args.warmup}, scale "
-          f"{args.scale}, linear decay over the last {args.decay}; evaluated every "
-          f"{args.eval_every}; CPU kernels "
-          f"{torch.backends.cpu.get_cpu_capability()} ({env})")
-    print(f"{'seed':>4}  {'first >= 99%':>12}  {'final acc':>9}  {'min after':>9}  "
-          f"{'held-out loss':>13}  {'greedy/beam (200)':>17}  {'train s':>7}")
+    print(
+        f"recipe: batch {args.batch}, {args.steps} updates, warm-up {args.warmup}, scale "
+        f"{args.scale}, linear decay over the last {args.decay}; evaluated every "
+        f"{args.eval_every}; CPU kernels "
+        f"{torch.backends.cpu.get_cpu_capability()} ({env})"
+    )
+    print(
+        f"{'seed':>4}  {'first >= 99%':>12}  {'final acc':>9}  {'min after':>9}  "
+        f"{'held-out loss':>13}  {'greedy/beam (200)':>17}  {'train s':>7}"
+    )
     holds = True
     for seed in args.seeds:
         r = run(seed, args)
@@ -114,9 +153,11 @@ def main() -> int:
         holds &= ok
         first = "never" if r["first"] is None else str(r["first"])
         min_after = "-" if r["min_after"] is None else f"{100 * r['min_after']:.1f}%"
-        print(f"{seed:>4}  {first:>12}  {100 * r['final']:>8.1f}%  {min_after:>9}  "
-              f"{r['loss']:>13.4f}  {100 * r['greedy_sub']:>7.1f}/{100 * r['beam_sub']:.1f}%  "
-              f"{r['seconds']:>7.1f}  {'holds' if ok else 'FAILS'}")
+        print(
+            f"{seed:>4}  {first:>12}  {100 * r['final']:>8.1f}%  {min_after:>9}  "
+            f"{r['loss']:>13.4f}  {100 * r['greedy_sub']:>7.1f}/{100 * r['beam_sub']:.1f}%  "
+            f"{r['seconds']:>7.1f}  {'holds' if ok else 'FAILS'}"
+        )
         if args.curves:
             print("      ", " ".join(f"{100 * a:.1f}" for a in r["curve"]))
     print("the recipe holds on every seed" if holds else "the recipe FAILS on some seed")

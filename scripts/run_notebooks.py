@@ -41,8 +41,9 @@ class ExpressionRecordingClient(NotebookClient):
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         if cell.cell_type != "markdown":
-            return await super().async_execute_cell(cell, cell_index, execution_count,
-                                                    store_history)
+            return await super().async_execute_cell(
+                cell, cell_index, execution_count, store_history
+            )
         expressions = expressions_in(cell.source)
         if not expressions:
             cell.metadata.pop("user_expressions", None)

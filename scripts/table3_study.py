@@ -48,8 +48,14 @@ from minitransformer.training import (
 # The task and the base model of the training chapter.
 VOCAB, MIN_LEN, MAX_LEN = 13, 4, 8
 HELD_OUT_SEED, HELD_OUT_SIZE = 12345, 1000
-BASE = {"num_layers": 1, "d_model": 64, "num_heads": 4, "d_ff": 128, "dropout": 0.0,
-        "smoothing": 0.1}
+BASE = {
+    "num_layers": 1,
+    "d_model": 64,
+    "num_heads": 4,
+    "d_ff": 128,
+    "dropout": 0.0,
+    "smoothing": 0.1,
+}
 # The recipe of the training chapter (batch 128, 400 updates), shortened: the same warm-up,
 # scale, clipping and linear decay to zero over every update after the warm-up.
 STEPS, BATCH, WARMUP, SCALE, CLIP = 200, 64, 40, 0.5, 1.0
@@ -84,12 +90,24 @@ FIXED_SETTINGS = [
 
 
 def held_out() -> Batch:
-    return make_batch("reverse", HELD_OUT_SIZE, MIN_LEN, MAX_LEN, VOCAB,
-                      torch.Generator().manual_seed(HELD_OUT_SEED))
+    return make_batch(
+        "reverse",
+        HELD_OUT_SIZE,
+        MIN_LEN,
+        MAX_LEN,
+        VOCAB,
+        torch.Generator().manual_seed(HELD_OUT_SEED),
+    )
 
 
-def run(changes: dict, seed: int, *, steps: int = STEPS, batch: int = BATCH,
-        fixed_size: int | None = None) -> dict:
+def run(
+    changes: dict,
+    seed: int,
+    *,
+    steps: int = STEPS,
+    batch: int = BATCH,
+    fixed_size: int | None = None,
+) -> dict:
     """Train the base model with ``changes`` for ``steps`` updates; data and weights from
     ``seed``. With ``fixed_size``, every batch is drawn (with replacement) from one fixed set of
     that many sequences. Returns the held-out results (and the training set's accuracy)."""
@@ -97,6 +115,7 @@ def run(changes: dict, seed: int, *, steps: int = STEPS, batch: int = BATCH,
     smoothing = config.pop("smoothing")
     gen = torch.Generator().manual_seed(seed)
     if fixed_size is None:
+
         def next_batch() -> Batch:
             return make_batch("reverse", batch, MIN_LEN, MAX_LEN, VOCAB, gen)
     else:
@@ -108,11 +127,19 @@ def run(changes: dict, seed: int, *, steps: int = STEPS, batch: int = BATCH,
 
     torch.manual_seed(seed)
     model = Transformer(VOCAB, VOCAB, max_len=MAX_LEN + 2, **config)
-    optimizer, scheduler = make_optimizer(model, warmup_steps=WARMUP, scale=SCALE,
-                                          total_steps=steps, decay_steps=steps - WARMUP)
-    history = train(model, next_batch, optimizer, scheduler,
-                    LabelSmoothingLoss(smoothing, ignore_index=PAD_ID), num_steps=steps,
-                    clip_grad_norm=CLIP, progress=False)
+    optimizer, scheduler = make_optimizer(
+        model, warmup_steps=WARMUP, scale=SCALE, total_steps=steps, decay_steps=steps - WARMUP
+    )
+    history = train(
+        model,
+        next_batch,
+        optimizer,
+        scheduler,
+        LabelSmoothingLoss(smoothing, ignore_index=PAD_ID),
+        num_steps=steps,
+        clip_grad_norm=CLIP,
+        progress=False,
+    )
     test = held_out()
     result = {
         "loss": evaluate_loss(model, [test]),  # plain cross-entropy, eval mode
@@ -150,34 +177,59 @@ def main() -> int:
         plan += [(s, fixed) for s in FIXED_SETTINGS]
     if args.only:
         plan = [p for p in plan if p[0][1] in args.only]
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR",
-                                                      "OMP_NUM_THREADS") if k in os.environ)
+    env = " ".join(
+        f"{k}={os.environ[k]}"
+        for k in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "OMP_NUM_THREADS")
+        if k in os.environ
+    )
     start = time.perf_counter()
     results = []
     for (row, label, changes), options in plan:
         runs = [run(changes, seed, **options) for seed in args.seeds]
-        entry = {"row": row, "label": label, "changes": changes,
-                 "params": parameters(changes), **options}
+        entry = {
+            "row": row,
+            "label": label,
+            "changes": changes,
+            "params": parameters(changes),
+            **options,
+        }
         for key in runs[0]:
             digits = 1 if key == "seconds" else 4
             entry[key] = [round(r[key], digits) for r in runs]
         results.append(entry)
-        print(f"{row:8} {label:12} loss " + " ".join(f"{x:.3f}" for x in entry["loss"])
-              + "  acc " + " ".join(f"{100 * x:.1f}" for x in entry["acc"])
-              + f"  ({sum(entry['seconds']):.0f} s)", flush=True)
+        print(
+            f"{row:8} {label:12} loss "
+            + " ".join(f"{x:.3f}" for x in entry["loss"])
+            + "  acc "
+            + " ".join(f"{100 * x:.1f}" for x in entry["acc"])
+            + f"  ({sum(entry['seconds']):.0f} s)",
+            flush=True,
+        )
     out = {
         "computed": datetime.date.today().isoformat(),
         "command": "scripts/table3_study.py " + " ".join(sys.argv[1:]),
         "seconds": round(time.perf_counter() - start),
         "cpu": f"{torch.backends.cpu.get_cpu_capability()} kernels, {os.cpu_count()} cores, "
-               f"1 thread" + (f" ({env})" if env else ""),
+        f"1 thread" + (f" ({env})" if env else ""),
         "torch": torch.__version__,
         "seeds": args.seeds,
-        "task": {"task": "reverse", "vocab_size": VOCAB, "min_len": MIN_LEN, "max_len": MAX_LEN,
-                 "held_out_seed": HELD_OUT_SEED, "held_out_size": HELD_OUT_SIZE},
+        "task": {
+            "task": "reverse",
+            "vocab_size": VOCAB,
+            "min_len": MIN_LEN,
+            "max_len": MAX_LEN,
+            "held_out_seed": HELD_OUT_SEED,
+            "held_out_size": HELD_OUT_SIZE,
+        },
         "base": BASE,
-        "recipe": {"steps": STEPS, "batch": BATCH, "warmup_steps": WARMUP, "scale": SCALE,
-                   "decay_steps": "steps - warmup_steps", "clip_grad_norm": CLIP},
+        "recipe": {
+            "steps": STEPS,
+            "batch": BATCH,
+            "warmup_steps": WARMUP,
+            "scale": SCALE,
+            "decay_steps": "steps - warmup_steps",
+            "clip_grad_norm": CLIP,
+        },
         "fixed": {"size": args.fixed_size, "steps": args.fixed_steps},
         "settings": results,
     }

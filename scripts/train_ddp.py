@@ -42,16 +42,28 @@ VOCAB = 13
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="updates (default 200)")
-    parser.add_argument("--batch-size", type=int, default=128,
-                        help="global batch, split over the processes (default 128)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=128,
+        help="global batch, split over the processes (default 128)",
+    )
     parser.add_argument("--min-len", type=int, default=6)
-    parser.add_argument("--max-len", type=int, default=6,
-                        help="equal lengths (the default) give every process the same number "
-                             "of target tokens, so the updates equal one process's")
+    parser.add_argument(
+        "--max-len",
+        type=int,
+        default=6,
+        help="equal lengths (the default) give every process the same number "
+        "of target tokens, so the updates equal one process's",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam",
-                        help="the chapter's recipe (default), or SGD with momentum, whose steps "
-                             "keep rounding noise as small as it is (see the module docstring)")
+    parser.add_argument(
+        "--optimizer",
+        choices=["adam", "sgd"],
+        default="adam",
+        help="the chapter's recipe (default), or SGD with momentum, whose steps "
+        "keep rounding noise as small as it is (see the module docstring)",
+    )
     parser.add_argument("--save", help="rank 0 writes the trained state_dict here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no report")
     return parser.parse_args(argv)
@@ -68,31 +80,55 @@ def main(argv: list[str] | None = None) -> int:
     try:
         gen = torch.Generator().manual_seed(args.seed)  # the same global batches on every rank
         torch.manual_seed(args.seed)
-        model = Transformer(VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128,
-                            dropout=0.0, max_len=args.max_len + 2)
+        model = Transformer(
+            VOCAB,
+            VOCAB,
+            d_model=64,
+            num_heads=4,
+            num_layers=1,
+            d_ff=128,
+            dropout=0.0,
+            max_len=args.max_len + 2,
+        )
         if args.optimizer == "adam":
-            optimizer, scheduler = make_optimizer(model, warmup_steps=40, scale=0.4,
-                                                  total_steps=args.steps,
-                                                  decay_steps=max(args.steps - 40, 0))
+            optimizer, scheduler = make_optimizer(
+                model,
+                warmup_steps=40,
+                scale=0.4,
+                total_steps=args.steps,
+                decay_steps=max(args.steps - 40, 0),
+            )
         else:
             optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), None
         history = train(
             model,
             lambda: make_batch("reverse", args.batch_size, args.min_len, args.max_len, VOCAB, gen),
-            optimizer, scheduler, num_steps=args.steps, clip_grad_norm=1.0,
-            progress=not args.quiet, desc=f"{world_size} process(es)",
+            optimizer,
+            scheduler,
+            num_steps=args.steps,
+            clip_grad_norm=1.0,
+            progress=not args.quiet,
+            desc=f"{world_size} process(es)",
         )
         if rank == 0:
             if args.save:
                 torch.save(model.state_dict(), args.save)
             if not args.quiet:
-                held_out = make_batch("reverse", 500, args.min_len, args.max_len, VOCAB,
-                                      torch.Generator().manual_seed(12345))
+                held_out = make_batch(
+                    "reverse",
+                    500,
+                    args.min_len,
+                    args.max_len,
+                    VOCAB,
+                    torch.Generator().manual_seed(12345),
+                )
                 acc = sequence_accuracy(model, held_out.src, held_out.tgt, BOS_ID, EOS_ID)
-                print(f"{world_size} process(es), {args.steps} updates of {args.batch_size} "
-                      f"sequences ({args.batch_size // world_size} per process) in "
-                      f"{history.seconds:.1f} s: {args.steps / history.seconds:.1f} updates/s, "
-                      f"final loss {history.loss[-1]:.4f}, held-out exact match {acc:.1%}")
+                print(
+                    f"{world_size} process(es), {args.steps} updates of {args.batch_size} "
+                    f"sequences ({args.batch_size // world_size} per process) in "
+                    f"{history.seconds:.1f} s: {args.steps / history.seconds:.1f} updates/s, "
+                    f"final loss {history.loss[-1]:.4f}, held-out exact match {acc:.1%}"
+                )
     finally:
         if distributed:
             dist.destroy_process_group()

@@ -47,5 +47,10 @@ def global_rng_states() -> tuple:
 
 def same_rng_states(a: tuple, b: tuple) -> bool:
     (kind_a, keys_a, *rest_a), (kind_b, keys_b, *rest_b) = a[2], b[2]
-    return (torch.equal(a[0], b[0]) and a[1] == b[1] and kind_a == kind_b
-            and np.array_equal(keys_a, keys_b) and rest_a == rest_b)
+    return (
+        torch.equal(a[0], b[0])
+        and a[1] == b[1]
+        and kind_a == kind_b
+        and np.array_equal(keys_a, keys_b)
+        and rest_a == rest_b
+    )

@@ -51,11 +51,13 @@ def frozen_beam_search(
     cache = KVCache.for_model(model, max_len) if use_cache else None
     for step in range(1, max_len):  # `step` tokens generated after this iteration
         if cache is None:
-            logits = model.decode(alive, memory[example],
-                                  src_mask=src_mask[example])[:, -1]  # (N, V)
+            logits = model.decode(alive, memory[example], src_mask=src_mask[example])[
+                :, -1
+            ]  # (N, V)
         else:  # only the newest token of each live row; the cache holds the rest
-            logits = model.decode(alive[:, -1:], memory[example], src_mask=src_mask[example],
-                                  cache=cache)[:, -1]  # (N, V)
+            logits = model.decode(
+                alive[:, -1:], memory[example], src_mask=src_mask[example], cache=cache
+            )[:, -1]  # (N, V)
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
         V = log_probs.shape[-1]
         candidates = alive_logp[:, None] + log_probs  # (N, V): every one-token extension

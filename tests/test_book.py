@@ -26,15 +26,19 @@ def toc_chapters() -> list[str]:
 
 
 def test_every_toc_entry_exists():
-    missing = [f for f in toc_files()
-               if not any((ROOT / "book" / f"{f}{ext}").exists() for ext in (".ipynb", ".md"))]
+    missing = [
+        f
+        for f in toc_files()
+        if not any((ROOT / "book" / f"{f}{ext}").exists() for ext in (".ipynb", ".md"))
+    ]
     assert not missing, f"_toc.yml lists files that do not exist: {missing}"
 
 
 def test_every_notebook_is_in_the_toc():
     notebooks = {p.stem for p in (ROOT / "book").glob("*.ipynb")}
     assert notebooks <= set(toc_files()), (
-        f"notebooks missing from _toc.yml: {sorted(notebooks - set(toc_files()))}")
+        f"notebooks missing from _toc.yml: {sorted(notebooks - set(toc_files()))}"
+    )
 
 
 def test_intro_chapter_map_matches_toc():
@@ -51,7 +55,8 @@ def test_notebooks_are_committed_with_outputs():
         nb = json.loads((ROOT / "book" / f"{f}.ipynb").read_text())
         code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
         assert any(c.get("outputs") for c in code), (
-            f"book/{f}.ipynb has no stored outputs: run `make notebooks`")
+            f"book/{f}.ipynb has no stored outputs: run `make notebooks`"
+        )
         for c in code:
             tags = c.get("metadata", {}).get("tags", [])
             errors = [o for o in c.get("outputs", []) if o["output_type"] == "error"]
@@ -80,10 +85,14 @@ def test_solutions_are_one_cell_and_collapsed_code(chapter):
     for i, cell in enumerate(cells):
         if cell.cell_type == "markdown" and course_book.SOLUTION_CELL.match(cell.source.strip()):
             assert ":class: dropdown" in cell.source, (
-                f"book/{chapter}.ipynb cell {i}: not a dropdown")
+                f"book/{chapter}.ipynb cell {i}: not a dropdown"
+            )
             code = cells[i + 1] if i + 1 < len(cells) else None
-            is_solution_code = (code is not None and code.cell_type == "code"
-                                and "solution" in code.metadata.get("tags", []))
+            is_solution_code = (
+                code is not None
+                and code.cell_type == "code"
+                and "solution" in code.metadata.get("tags", [])
+            )
             assert is_solution_code, (
                 f"book/{chapter}.ipynb cell {i}: a {{solution}} cell must be followed by its code "
                 "cell tagged `solution`"
@@ -131,30 +140,39 @@ def test_figures_are_shown_by_their_cell_and_captioned_after_it(chapter):
     caption), and each caption cell follows such a cell; no figure goes through glue."""
     cells, labels = _cells(chapter), []
     for i, cell in enumerate(cells):
-        caption = (course_book.parse_caption_cell(cell.source) if cell.cell_type == "markdown"
-                   else None)
+        caption = (
+            course_book.parse_caption_cell(cell.source) if cell.cell_type == "markdown" else None
+        )
         if cell.cell_type == "code" and "plotting.show(" in cell.source:
-            after = (course_book.parse_caption_cell(cells[i + 1].source) if i + 1 < len(cells)
-                     else None)
+            after = (
+                course_book.parse_caption_cell(cells[i + 1].source) if i + 1 < len(cells) else None
+            )
             assert after is not None, (
-                f"book/{chapter}.ipynb cell {i}: a figure needs a caption cell right after it")
+                f"book/{chapter}.ipynb cell {i}: a figure needs a caption cell right after it"
+            )
         if caption is not None:
             before = cells[i - 1] if i > 0 else None
-            drawn = (before is not None and before.cell_type == "code"
-                     and "plotting.show(" in before.source)
+            drawn = (
+                before is not None
+                and before.cell_type == "code"
+                and "plotting.show(" in before.source
+            )
             assert drawn, (
                 f"book/{chapter}.ipynb cell {i}: caption {caption.get('label')} does not follow "
                 "the cell that draws it"
             )
             assert caption.get("label", "").startswith("fig-"), (
-                f"book/{chapter}.ipynb cell {i}: label fig-...")
+                f"book/{chapter}.ipynb cell {i}: label fig-..."
+            )
             alt = caption.get("alt", "")
             assert len(alt) >= 20 and "TODO" not in alt, (
-                f"book/{chapter}.ipynb {caption['label']}: write an alt text")
+                f"book/{chapter}.ipynb {caption['label']}: write an alt text"
+            )
             assert caption.get("caption"), f"book/{chapter}.ipynb {caption['label']}: empty caption"
             labels.append(caption["label"])
     assert len(labels) == len(set(labels)), (
-        f"book/{chapter}.ipynb: duplicate figure labels {labels}")
+        f"book/{chapter}.ipynb: duplicate figure labels {labels}"
+    )
 
 
 @pytest.mark.parametrize("chapter", toc_chapters())
@@ -189,7 +207,8 @@ def test_citations_read_the_same_in_jupyterlab_and_html(chapter):
         for m in course_book.CITATION.finditer(cell.source):
             key, text = m["key"], m["text"]
             assert key in texts, (
-                f"book/{chapter}.ipynb cell {i}: {key} is not in book/references.bib")
+                f"book/{chapter}.ipynb cell {i}: {key} is not in book/references.bib"
+            )
             authors, year = texts[key]
             assert text in (f"{authors} ({year})", f"{authors}, {year}"), (
                 f"book/{chapter}.ipynb cell {i}: [{text}](cite:{key}) should read "
@@ -234,8 +253,10 @@ def _nb(*cells):
     return nb
 
 
-CAPTION = (":::{figure}\n:label: fig-x\n:alt: A line that rises from left to right.\n\n"
-           "A caption, with $x$.\n:::")
+CAPTION = (
+    ":::{figure}\n:label: fig-x\n:alt: A line that rises from left to right.\n\n"
+    "A caption, with $x$.\n:::"
+)
 
 
 def test_caption_cells_become_the_figure_of_the_cell_before():
@@ -251,12 +272,14 @@ def test_caption_cells_become_the_figure_of_the_cell_before():
 
 def test_caption_cells_must_follow_code_and_be_complete():
     with pytest.raises(ValueError, match="must follow the code cell"):
-        course_book.attach_figure_captions(_nb(nbformat.v4.new_markdown_cell("Prose."),
-                                               nbformat.v4.new_markdown_cell(CAPTION)))
+        course_book.attach_figure_captions(
+            _nb(nbformat.v4.new_markdown_cell("Prose."), nbformat.v4.new_markdown_cell(CAPTION))
+        )
     no_alt = CAPTION.replace(":alt: A line that rises from left to right.\n", "")
     with pytest.raises(ValueError, match="no alt"):
-        course_book.attach_figure_captions(_nb(nbformat.v4.new_code_cell("x"),
-                                               nbformat.v4.new_markdown_cell(no_alt)))
+        course_book.attach_figure_captions(
+            _nb(nbformat.v4.new_code_cell("x"), nbformat.v4.new_markdown_cell(no_alt))
+        )
     # a figure with an image is an ordinary figure, left alone
     image = ":::{figure} picture.png\n:label: fig-y\n\nCaption\n:::"
     assert course_book.parse_caption_cell(image) is None
@@ -264,7 +287,8 @@ def test_caption_cells_must_follow_code_and_be_complete():
 
 def test_solutions_are_gated_for_the_html():
     solution = nbformat.v4.new_markdown_cell(
-        "```{solution} ex-a\n:class: dropdown\n\nThe idea.\n```")
+        "```{solution} ex-a\n:class: dropdown\n\nThe idea.\n```"
+    )
     code = nbformat.v4.new_code_cell("# Solution\nf = 1", metadata={"tags": ["solution"]})
     after = nbformat.v4.new_markdown_cell("Next.")
     nb = _nb(solution, code, after)
@@ -272,27 +296,32 @@ def test_solutions_are_gated_for_the_html():
     sources = [c.source for c in nb.cells]
     assert sources[0] == "```{solution-start} ex-a\n:class: dropdown\n```\n\nThe idea."
     assert sources[1:] == ["# Solution\nf = 1", "```{solution-end}\n```", "Next."]
-    lone = _nb(nbformat.v4.new_markdown_cell(
-        "```{solution} ex-b\n:class: dropdown\n\nText only.\n```"))
+    lone = _nb(
+        nbformat.v4.new_markdown_cell("```{solution} ex-b\n:class: dropdown\n\nText only.\n```")
+    )
     assert course_book.gate_solutions(lone) == 0  # no code cell: an ordinary {solution}
 
 
 def test_citation_links_become_roles_for_the_html():
     cell = nbformat.v4.new_markdown_cell(
         "As [Vaswani et al. (2017)](cite:vaswani2017attention) show "
-        "([Kingma and Ba, 2015](cite:kingma2015adam)).")
+        "([Kingma and Ba, 2015](cite:kingma2015adam))."
+    )
     assert course_book.convert_citations(_nb(cell)) == 2
     assert cell.source == "As {cite:t}`vaswani2017attention` show ({cite:alp}`kingma2015adam`)."
     with pytest.raises(ValueError, match="Author"):
         paper = nbformat.v4.new_markdown_cell("[the paper](cite:vaswani2017attention)")
         course_book.convert_citations(_nb(paper))
     assert course_book.citation_texts(str(ROOT / "book" / "references.bib"))["muller2019label"] == (
-        "Müller et al.", "2019")  # LaTeX accents decoded, as the HTML prints them
+        "Müller et al.",
+        "2019",
+    )  # LaTeX accents decoded, as the HTML prints them
 
 
 def test_api_links_become_cross_references_for_the_html():
     cell = nbformat.v4.new_markdown_cell(
-        "See [`split_heads`](api:minitransformer.attention.split_heads).")
+        "See [`split_heads`](api:minitransformer.attention.split_heads)."
+    )
     assert course_book.convert_api_links(_nb(cell)) == 1
     assert cell.source == "See {py:obj}`split_heads <minitransformer.attention.split_heads>`."
 

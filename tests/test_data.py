@@ -38,8 +38,9 @@ def test_special_ids() -> None:
 )
 def test_batch_layout(task, batch_size, min_len, extra, vocab_size, seed) -> None:
     max_len = min_len + extra
-    src, tgt_in, tgt_out = make_batch(task, batch_size, min_len, max_len, vocab_size,
-                                      torch.Generator().manual_seed(seed))
+    src, tgt_in, tgt_out = make_batch(
+        task, batch_size, min_len, max_len, vocab_size, torch.Generator().manual_seed(seed)
+    )
     L = src.shape[1]
     assert src.dtype == tgt_in.dtype == tgt_out.dtype == torch.long
     assert src.shape == (batch_size, L) and tgt_in.shape == tgt_out.shape == (batch_size, L + 1)
@@ -87,8 +88,9 @@ def test_batch_properties_tgt_and_src_mask() -> None:
     batch = make_batch("sort", 5, 1, 6, 12, torch.Generator().manual_seed(3))
     assert isinstance(batch, Batch)
     assert torch.equal(batch.tgt[:, 1:], batch.tgt_out)
-    assert torch.equal(batch.tgt[:, :-1].masked_fill(batch.tgt[:, :-1] == EOS_ID, PAD_ID),
-                       batch.tgt_in)
+    assert torch.equal(
+        batch.tgt[:, :-1].masked_fill(batch.tgt[:, :-1] == EOS_ID, PAD_ID), batch.tgt_in
+    )
     lengths = (batch.src != PAD_ID).sum(1)
     assert torch.equal(batch.src_mask, padding_mask(lengths, batch.src.shape[1]))
     assert batch.src_mask.shape == (5, 1, 1, batch.src.shape[1])
@@ -131,17 +133,32 @@ def test_bad_arguments_raise() -> None:
     [
         (lambda g: make_batch(3, 2, 1, 3, 10, g), TypeError, "task must be a str"),
         (lambda g: make_batch("copy", 2.0, 1, 3, 10, g), TypeError, "batch_size must be an int"),
-        (lambda g: make_batch("copy", 2, 0, 3, 10, g), ValueError,
-         "min_len must be positive, got 0"),
-        (lambda g: make_batch("copy", 2, 1, True, 10, g), TypeError,
-         "max_len must be an int, got bool"),
-        (lambda g: apply_task("copy", torch.ones(3)), TypeError,
-         "tokens must be an integer tensor"),
+        (
+            lambda g: make_batch("copy", 2, 0, 3, 10, g),
+            ValueError,
+            "min_len must be positive, got 0",
+        ),
+        (
+            lambda g: make_batch("copy", 2, 1, True, 10, g),
+            TypeError,
+            "max_len must be an int, got bool",
+        ),
+        (
+            lambda g: apply_task("copy", torch.ones(3)),
+            TypeError,
+            "tokens must be an integer tensor",
+        ),
         (lambda g: src_padding_mask(torch.ones(2, 3)), TypeError, "src must be an integer tensor"),
-        (lambda g: src_padding_mask(torch.ones(2, 3, dtype=torch.long), pad_id=0.5), TypeError,
-         "pad_id must be an int"),
-        (lambda g: strip_special(torch.ones(2, 3, dtype=torch.long)), ValueError,
-         r"row must have 1 dimensions \(length,\), got shape \(2, 3\)"),
+        (
+            lambda g: src_padding_mask(torch.ones(2, 3, dtype=torch.long), pad_id=0.5),
+            TypeError,
+            "pad_id must be an int",
+        ),
+        (
+            lambda g: strip_special(torch.ones(2, 3, dtype=torch.long)),
+            ValueError,
+            r"row must have 1 dimensions \(length,\), got shape \(2, 3\)",
+        ),
         (lambda g: strip_special([1, 2.5]), TypeError, r"row\[i\] must be an int"),
     ],
 )

@@ -28,8 +28,9 @@ V = 12
 
 def random_model(seed: int, vocab: int = V, sharpen: float = 3.0) -> Transformer:
     torch.manual_seed(seed)
-    model = Transformer(vocab, vocab, d_model=32, num_heads=4, num_layers=2, d_ff=64,
-                        dropout=0.0, max_len=24).eval()
+    model = Transformer(
+        vocab, vocab, d_model=32, num_heads=4, num_layers=2, d_ff=64, dropout=0.0, max_len=24
+    ).eval()
     with torch.no_grad():
         model.tgt_embed.weight.mul_(sharpen)  # peakier next-token distributions
     return model
@@ -91,8 +92,12 @@ def test_default_source_mask_hides_padding() -> None:
 
 
 @settings(max_examples=6, deadline=None)
-@given(seed=st.integers(0, 3), src_seed=st.integers(0, 2**16),
-       alpha=st.sampled_from([0.0, 0.6, 1.0]), max_len=st.integers(2, 10))
+@given(
+    seed=st.integers(0, 3),
+    src_seed=st.integers(0, 2**16),
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+    max_len=st.integers(2, 10),
+)
 def test_beam_size_one_equals_greedy(seed, src_seed, alpha, max_len) -> None:
     model, src = MODELS[seed], sources(src_seed)
     greedy = greedy_decode(model, src, max_len, BOS_ID, EOS_ID)
@@ -103,13 +108,15 @@ def test_beam_size_one_equals_greedy(seed, src_seed, alpha, max_len) -> None:
 def test_returned_scores_equal_sequence_score() -> None:
     model, src = MODELS[3], sources(3)
     for alpha in (0.0, 0.6):
-        out, scores = beam_search_with_scores(model, src, 9, BOS_ID, EOS_ID, beam_size=3,
-                                              length_penalty=alpha)
-        assert torch.equal(out, beam_search(model, src, 9, BOS_ID, EOS_ID, beam_size=3,
-                                            length_penalty=alpha))
-        torch.testing.assert_close(scores, sequence_score(model, src, out, EOS_ID,
-                                                          length_penalty=alpha),
-                                   atol=1e-4, rtol=0)
+        out, scores = beam_search_with_scores(
+            model, src, 9, BOS_ID, EOS_ID, beam_size=3, length_penalty=alpha
+        )
+        assert torch.equal(
+            out, beam_search(model, src, 9, BOS_ID, EOS_ID, beam_size=3, length_penalty=alpha)
+        )
+        torch.testing.assert_close(
+            scores, sequence_score(model, src, out, EOS_ID, length_penalty=alpha), atol=1e-4, rtol=0
+        )
 
 
 def brute_force_best(model, src, max_len, alpha):
@@ -124,8 +131,9 @@ def brute_force_best(model, src, max_len, alpha):
             and (tokens[-1] == EOS_ID or n == max_len - 1)  # no EOS: ran to max_len
         ]
         seqs = torch.tensor(outputs)  # all outputs of n tokens, scored in one batch
-        scores = sequence_score(model, src.expand(len(outputs), -1), seqs, EOS_ID,
-                                length_penalty=alpha)
+        scores = sequence_score(
+            model, src.expand(len(outputs), -1), seqs, EOS_ID, length_penalty=alpha
+        )
         i = int(scores.argmax())
         if float(scores[i]) > best[0]:
             best = (float(scores[i]), outputs[i])
@@ -140,8 +148,9 @@ def test_wide_beam_finds_the_exact_best_output(alpha: float) -> None:
     model = random_model(7, vocab=5, sharpen=1.0)
     src = torch.tensor([[3, 4, 4]])
     max_len = 4
-    out, score = beam_search_with_scores(model, src, max_len, BOS_ID, EOS_ID, beam_size=5**3,
-                                         length_penalty=alpha)
+    out, score = beam_search_with_scores(
+        model, src, max_len, BOS_ID, EOS_ID, beam_size=5**3, length_penalty=alpha
+    )
     want_score, want_seq = brute_force_best(model, src, max_len, alpha)
     assert abs(float(score[0]) - want_score) < 1e-4
     assert [t for t in out[0].tolist()][: len(want_seq)] == want_seq
@@ -184,8 +193,9 @@ def test_length_penalty_factor() -> None:
     assert length_penalty_factor(1, 0.6) == 1.0
     assert length_penalty_factor(7, 0.0) == 1.0
     assert length_penalty_factor(7, 1.0) == 2.0
-    torch.testing.assert_close(length_penalty_factor(torch.tensor([1, 7]), 1.0),
-                               torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(
+        length_penalty_factor(torch.tensor([1, 7]), 1.0), torch.tensor([1.0, 2.0])
+    )
 
 
 def test_decoding_keeps_the_model_mode_and_builds_no_graph() -> None:
@@ -205,8 +215,9 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(TypeError, match="torch.float32"):
         greedy_decode(model, src.float(), 5, BOS_ID, EOS_ID)
     with pytest.raises(ValueError, match="does not match the batch"):
-        greedy_decode(model, src, 5, BOS_ID, EOS_ID,
-                      src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
+        greedy_decode(
+            model, src, 5, BOS_ID, EOS_ID, src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool)
+        )
     with pytest.raises(ValueError, match="batch size"):
         sequence_score(model, src, torch.ones(2, 3, dtype=torch.long), EOS_ID)
 
@@ -219,19 +230,42 @@ from minitransformer.kv_cache import AttentionCache  # noqa: E402
 
 
 @settings(max_examples=12, deadline=None)
-@given(seed=st.integers(0, 3), src_seed=st.integers(0, 2**16), beam_size=st.integers(1, 6),
-       alpha=st.sampled_from([0.0, 0.6, 1.0]), max_len=st.integers(1, 10),
-       use_cache=st.booleans(), eos=st.sampled_from([EOS_ID, None]))
-def test_beam_search_equals_the_frozen_implementation(seed, src_seed, beam_size, alpha, max_len,
-                                                      use_cache, eos) -> None:
+@given(
+    seed=st.integers(0, 3),
+    src_seed=st.integers(0, 2**16),
+    beam_size=st.integers(1, 6),
+    alpha=st.sampled_from([0.0, 0.6, 1.0]),
+    max_len=st.integers(1, 10),
+    use_cache=st.booleans(),
+    eos=st.sampled_from([EOS_ID, None]),
+)
+def test_beam_search_equals_the_frozen_implementation(
+    seed, src_seed, beam_size, alpha, max_len, use_cache, eos
+) -> None:
     """Same tokens as the old per-example loops; the scores agree to float32 rounding (the
     two run the model on batches of different sizes, whose products round differently)."""
     model, src = MODELS[seed], sources(src_seed)
-    want, want_scores = frozen_beam_search(model, src, max_len, BOS_ID, eos, beam_size=beam_size,
-                                           length_penalty=alpha, return_scores=True,
-                                           use_cache=use_cache)
-    got, scores = beam_search_with_scores(model, src, max_len, BOS_ID, eos, beam_size=beam_size,
-                                          length_penalty=alpha, use_cache=use_cache)
+    want, want_scores = frozen_beam_search(
+        model,
+        src,
+        max_len,
+        BOS_ID,
+        eos,
+        beam_size=beam_size,
+        length_penalty=alpha,
+        return_scores=True,
+        use_cache=use_cache,
+    )
+    got, scores = beam_search_with_scores(
+        model,
+        src,
+        max_len,
+        BOS_ID,
+        eos,
+        beam_size=beam_size,
+        length_penalty=alpha,
+        use_cache=use_cache,
+    )
     assert torch.equal(got, want)
     torch.testing.assert_close(scores, want_scores, atol=1e-5, rtol=0)
 
@@ -296,8 +330,10 @@ def test_one_mask_row_broadcasts_over_the_batch() -> None:
     mask[..., -1] = False  # hide the last source position of every row
     expanded = mask.expand(src.shape[0], -1, -1, -1)
     for decode in (greedy_decode, beam_search):
-        assert torch.equal(decode(model, src, 8, BOS_ID, EOS_ID, src_mask=mask),
-                           decode(model, src, 8, BOS_ID, EOS_ID, src_mask=expanded))
+        assert torch.equal(
+            decode(model, src, 8, BOS_ID, EOS_ID, src_mask=mask),
+            decode(model, src, 8, BOS_ID, EOS_ID, src_mask=expanded),
+        )
 
 
 def test_empty_batch_gives_empty_outputs_and_an_empty_source_a_clear_error() -> None:
@@ -336,18 +372,38 @@ BAD_ARGUMENTS = [
     ("both", {"max_len": 2.5}, TypeError, "max_len must be an int"),
     ("both", {"bos_id": -1}, ValueError, "bos_id must be >= 0, got -1"),
     ("both", {"bos_id": 1.0}, TypeError, "bos_id must be an int"),
-    ("both", {"eos_id": V}, ValueError,
-     f"eos_id must be < the model's tgt_vocab_size={V}, got {V}"),
+    (
+        "both",
+        {"eos_id": V},
+        ValueError,
+        f"eos_id must be < the model's tgt_vocab_size={V}, got {V}",
+    ),
     ("both", {"pad_id": True}, TypeError, "pad_id must be an int, got bool"),
     ("both", {"src_mask": torch.ones(4, 1, 1, 6)}, TypeError, "src_mask must be a boolean tensor"),
-    ("both", {"src_mask": torch.ones(4, 1, 6, dtype=torch.bool)}, ValueError,
-     r"src_mask must have 4 dimensions \(B, 1, 1, S\)"),
-    ("both", {"src_mask": torch.ones(2, 1, 1, 6, dtype=torch.bool)}, ValueError,
-     r"src_mask of shape \(2, 1, 1, 6\) does not match the batch of src \(4, 6\)"),
-    ("both", {"src_mask": torch.ones(4, 1, 6, 6, dtype=torch.bool)}, ValueError,  # broadcasts
-     r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 6, 6\)"),
-    ("both", {"src_mask": torch.ones(4, 1, 1, 1, dtype=torch.bool)}, ValueError,  # broadcasts
-     r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 1, 1\)"),
+    (
+        "both",
+        {"src_mask": torch.ones(4, 1, 6, dtype=torch.bool)},
+        ValueError,
+        r"src_mask must have 4 dimensions \(B, 1, 1, S\)",
+    ),
+    (
+        "both",
+        {"src_mask": torch.ones(2, 1, 1, 6, dtype=torch.bool)},
+        ValueError,
+        r"src_mask of shape \(2, 1, 1, 6\) does not match the batch of src \(4, 6\)",
+    ),
+    (
+        "both",
+        {"src_mask": torch.ones(4, 1, 6, 6, dtype=torch.bool)},
+        ValueError,  # broadcasts
+        r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 6, 6\)",
+    ),
+    (
+        "both",
+        {"src_mask": torch.ones(4, 1, 1, 1, dtype=torch.bool)},
+        ValueError,  # broadcasts
+        r"src_mask must have shape \(B, 1, 1, S\) = \(4, 1, 1, 6\).*got \(4, 1, 1, 1\)",
+    ),
     ("both", {"cache_cls": dict}, TypeError, "cache_cls must be a subclass of AttentionCache"),
     ("beam", {"beam_size": 0}, ValueError, "beam_size must be positive, got 0"),
     ("beam", {"beam_size": "4"}, TypeError, "beam_size must be an int"),
@@ -359,8 +415,14 @@ BAD_ARGUMENTS = [
 
 @pytest.mark.parametrize("which, overrides, error, match", BAD_ARGUMENTS)
 def test_each_bad_argument_gets_a_clear_error(which, overrides, error, match) -> None:
-    args = {"model": MODELS[0], "src": SRC, "max_len": 5, "bos_id": BOS_ID, "eos_id": EOS_ID,
-            **overrides}
+    args = {
+        "model": MODELS[0],
+        "src": SRC,
+        "max_len": 5,
+        "bos_id": BOS_ID,
+        "eos_id": EOS_ID,
+        **overrides,
+    }
     functions = {"both": [greedy_decode, beam_search], "beam": [beam_search]}[which]
     for decode in functions:
         with pytest.raises(error, match=match):
@@ -391,6 +453,7 @@ def test_sequence_score_and_length_penalty_check_their_arguments() -> None:
 
 
 # --- on the device of `pytest --device` --------------------------------------------------------
+
 
 def test_decoders_follow_the_device_of_their_inputs(device) -> None:
     model, src = MODELS[3], sources(3)

@@ -49,8 +49,15 @@ def attention_renormalised(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def make_attention(*, scale="sqrt", dim=-1, transpose=lambda k: k.transpose(-2, -1),
-                   mask_mode="before", returns="both", fixed_d_k=None):
+def make_attention(
+    *,
+    scale="sqrt",
+    dim=-1,
+    transpose=lambda k: k.transpose(-2, -1),
+    mask_mode="before",
+    returns="both",
+    fixed_d_k=None,
+):
     """A learner's attention with one deliberate mistake."""
 
     def attention(query, key, value, mask=None):
@@ -74,8 +81,12 @@ def make_attention(*, scale="sqrt", dim=-1, transpose=lambda k: k.transpose(-2, 
 
 
 def test_attention_accepts_right_answers(capsys) -> None:
-    for fn in (attention_reference, attention_einsum, attention_renormalised,
-               scaled_dot_product_attention):
+    for fn in (
+        attention_reference,
+        attention_einsum,
+        attention_renormalised,
+        scaled_dot_product_attention,
+    ):
         verdict = _verdict(capsys, check_attention, fn)
         assert verdict.startswith("Correct: scaled dot-product attention")
 
@@ -90,8 +101,10 @@ def test_attention_stub_is_not_attempted(capsys) -> None:
         (make_attention(dim=-2), r"normalises over the queries \(dim=-2\)"),
         (make_attention(dim=1), r"normalises over the queries \(dim=-2\)"),  # dim=1 of 3-D input
         (make_attention(scale="none"), r"forgot the scaling: divide .* by sqrt\(d_k\)"),
-        (make_attention(scale="d_k"),
-         r"divide the scores by d_k; the paper divides by sqrt\(d_k\)"),
+        (
+            make_attention(scale="d_k"),
+            r"divide the scores by d_k; the paper divides by sqrt\(d_k\)",
+        ),
         (make_attention(transpose=lambda k: k), r"without transposing it \(Q K\)"),
         (make_attention(dim=-2, scale="none"), r"two mistakes"),
         (make_attention(mask_mode="after"), r"mask after the softmax .* no\s+longer sum to one"),
@@ -101,15 +114,32 @@ def test_attention_stub_is_not_attempted(capsys) -> None:
         (make_attention(dim=2), r"softmax uses dim=2: right for 3-D inputs"),
         (make_attention(fixed_d_k=4), r"right for d_k = 4 but not for d_k = 8"),
         # key.T reverses all axes of a 3-D key: the product fails, the hint explains why.
-        (make_attention(transpose=lambda k: k.T),
-         r"key\.T on a tensor with more than 2 dimensions"),
+        (
+            make_attention(transpose=lambda k: k.T),
+            r"key\.T on a tensor with more than 2 dimensions",
+        ),
         # transpose(1, 2) is right for 3-D inputs only.
-        (make_attention(transpose=lambda k: k.transpose(1, 2)),
-         r"transpose\(1, 2\) is only right for 3-D"),
+        (
+            make_attention(transpose=lambda k: k.transpose(1, 2)),
+            r"transpose\(1, 2\) is only right for 3-D",
+        ),
     ],
-    ids=["dim-2", "dim1", "no-scale", "scale-d_k", "key-not-transposed", "two-mistakes",
-         "mask-after-softmax", "mask-ignored", "mask-inverted", "output-only", "dim2-4d",
-         "fixed-d_k", "key.T", "transpose12"],
+    ids=[
+        "dim-2",
+        "dim1",
+        "no-scale",
+        "scale-d_k",
+        "key-not-transposed",
+        "two-mistakes",
+        "mask-after-softmax",
+        "mask-ignored",
+        "mask-inverted",
+        "output-only",
+        "dim2-4d",
+        "fixed-d_k",
+        "key.T",
+        "transpose12",
+    ],
 )
 @pytest.mark.filterwarnings("ignore:The use of `x.T`:UserWarning")
 def test_attention_rejects_each_mistake_with_its_hint(fn, hint) -> None:
@@ -153,17 +183,20 @@ def test_attention_rejects_overflow_on_large_scores() -> None:
 def test_attention_scaling_the_query_in_place_cannot_fool_the_checker() -> None:
     """The query scaled in place, then the scores scaled again: 1/d_k overall. The checker used to
     compute its reference from the scaled query afterwards and say "Correct"."""
+
     def scaled_twice(query, key, value, mask=None):
         query /= math.sqrt(query.shape[-1])
         return make_attention()(query, key, value, mask)
 
     message = rejects_in_place(check_attention, scaled_twice, "query", right=False)
-    assert message.endswith("you divide the scores by d_k; the paper divides by sqrt(d_k) "
-                            "(math.sqrt(d_k))")
+    assert message.endswith(
+        "you divide the scores by d_k; the paper divides by sqrt(d_k) (math.sqrt(d_k))"
+    )
 
 
 def test_attention_right_but_in_place_is_rejected_for_the_change_not_for_the_scaling() -> None:
     """A right answer that scales the query in place used to get "you forgot the scaling"."""
+
     def scaled_in_place(query, key, value, mask=None):
         query /= math.sqrt(query.shape[-1])
         return make_attention(scale="none")(query, key, value, mask)
@@ -215,21 +248,38 @@ def test_causal_mask_accepts_right_answers(capsys) -> None:
     "fn, hint",
     [
         (lambda n: torch.ones(n, n, dtype=torch.bool).tril(-1), r"leaves out the diagonal"),
-        (lambda n: torch.ones(n, n, dtype=torch.bool).triu(1),
-         r"opposite convention \(True = blocked"),
+        (
+            lambda n: torch.ones(n, n, dtype=torch.bool).triu(1),
+            r"opposite convention \(True = blocked",
+        ),
         (lambda n: torch.ones(n, n, dtype=torch.bool).triu(), r"your mask is transposed"),
         (lambda n: torch.ones(n, n).tril(), r"dtype torch.float32; return a boolean tensor"),
-        (lambda n: torch.zeros(n, n).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1),
-                                                 float("-inf")),
-         r"additive float mask \(0 and -inf\)"),
-        (lambda n: torch.ones(n, n + 1, dtype=torch.bool).tril(),
-         r"has shape \(5, 6\), expected \(5, 5\)"),
+        (
+            lambda n: torch.zeros(n, n).masked_fill(
+                torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")
+            ),
+            r"additive float mask \(0 and -inf\)",
+        ),
+        (
+            lambda n: torch.ones(n, n + 1, dtype=torch.bool).tril(),
+            r"has shape \(5, 6\), expected \(5, 5\)",
+        ),
         (lambda n: torch.ones(n, n, dtype=torch.bool), r"True exactly where column <= row"),
-        (lambda n: torch.ones(5, 5, dtype=torch.bool).tril(),
-         r"causal_mask\(1\) has shape \(5, 5\)"),
+        (
+            lambda n: torch.ones(5, 5, dtype=torch.bool).tril(),
+            r"causal_mask\(1\) has shape \(5, 5\)",
+        ),
     ],
-    ids=["no-diagonal", "inverted", "transposed", "float", "additive", "shape", "all-true",
-         "hard-wired"],
+    ids=[
+        "no-diagonal",
+        "inverted",
+        "transposed",
+        "float",
+        "additive",
+        "shape",
+        "all-true",
+        "hard-wired",
+    ],
 )
 def test_causal_mask_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_causal_mask, fn, hint)
@@ -238,8 +288,12 @@ def test_causal_mask_rejects_each_mistake_with_its_hint(fn, hint) -> None:
 def test_causal_mask_and_shapes_take_only_numbers() -> None:
     """Their inputs are Python ints, which a function cannot change in place: no in-place test."""
     for check in (check_causal_mask, check_cross_attention_shapes):
-        assert all(isinstance(x, int) for case in check.spec.cases() for x in case.inputs.values()
-                   if not isinstance(x, str))
+        assert all(
+            isinstance(x, int)
+            for case in check.spec.cases()
+            for x in case.inputs.values()
+            if not isinstance(x, str)
+        )
 
 
 # ------------------------------------------------------------------ exercise 3: shapes
@@ -293,29 +347,51 @@ def _with(**changes):
 @pytest.mark.parametrize(
     "fn, hint",
     [
-        (_with(key=("B", "h", "T", "d_k")),
-         r"keys come from the encoder output, so their length is the\s+source length S"),
+        (
+            _with(key=("B", "h", "T", "d_k")),
+            r"keys come from the encoder output, so their length is the\s+source length S",
+        ),
         (_with(value=("B", "h", "T", "d_k")), r"values come from the encoder output"),
         (_with(query=("B", "h", "S", "d_k")), r"queries come from the decoder, whose length is T"),
-        (_with(query=("B", "h", "T", "d_model")),
-         r"d_k = d_v = d_model / h = 64 dimensions, not d_model"),
+        (
+            _with(query=("B", "h", "T", "d_model")),
+            r"d_k = d_v = d_model / h = 64 dimensions, not d_model",
+        ),
         (_with(query=("B", "T", "d_k")), r"keep the head axis"),
         (_with(weights=("B", "h", "S", "T")), r"one row per query and one column per key"),
         (_with(weights=("B", "h", "T", "T")), r"\(T, T\) is decoder self-attention"),
-        (_with(output=("B", "h", "S", "d_k")),
-         r"sums over the S keys: one output row per \*query\*"),
+        (
+            _with(output=("B", "h", "S", "d_k")),
+            r"sums over the S keys: one output row per \*query\*",
+        ),
         (_with(source_mask=("B", 1, "T", "S")), r"same for every head and query"),
         (_with(source_mask=("B", "S")), r"does not line up with \(B, h, T, S\)"),
         (_with(source_mask=("B", 1, 1, "T")), r"its\s+last axis has length S"),
         (_with(output=(2, 8, 5, 64)), r"expected \(3, 4, 9, 16\)"),  # hard-wired first case
         (lambda **p: [(1, 2)], r"return a dict of shapes, got list"),
         (lambda **p: {"query": (1,)}, r"lacks the keys \['key', 'value'"),
-        (lambda **p: {**shapes_reference(**p), "query": "B, h, T, d_k"},
-         r"should be a tuple of ints"),
+        (
+            lambda **p: {**shapes_reference(**p), "query": "B, h, T, d_k"},
+            r"should be a tuple of ints",
+        ),
     ],
-    ids=["key-T", "value-T", "query-S", "d_model", "no-heads", "weights-ST", "weights-TT",
-         "output-S", "mask-T", "mask-2d", "mask-last-T", "hard-wired", "not-dict", "missing",
-         "not-ints"],
+    ids=[
+        "key-T",
+        "value-T",
+        "query-S",
+        "d_model",
+        "no-heads",
+        "weights-ST",
+        "weights-TT",
+        "output-S",
+        "mask-T",
+        "mask-2d",
+        "mask-last-T",
+        "hard-wired",
+        "not-dict",
+        "missing",
+        "not-ints",
+    ],
 )
 def test_shapes_rejects_each_mistake_with_its_hint(fn, hint) -> None:
     _rejects(check_cross_attention_shapes, fn, hint)

@@ -37,21 +37,22 @@ _TOY_MISTAKES = [
     like(lambda x, c: x + c, "you added c; multiply x by c"),
     like(lambda x, c: x * 2, "you multiply by 2, not by c"),  # right for c = 2: skipped there
     like(lambda x, c: 1 / 0, "never reported: this mistake cannot even run"),
-    when(lambda got, x: got.shape != x.shape,
-         "the result has shape {got.shape}, not x's {x.shape}"),
+    when(
+        lambda got, x: got.shape != x.shape, "the result has shape {got.shape}, not x's {x.shape}"
+    ),
     when(lambda got: got[0, 0] == 42, lambda got, c: f"42 is not {c} times anything here"),
     when(lambda got: got.no_such_attribute, "never reported: this predicate raises"),
     raises(ZeroDivisionError, "Do not divide by c."),
 ]
 
 
-@checker("toy scaling", reference=lambda x, c: x * c, mistakes=_TOY_MISTAKES,
-         returns="scale(x, {c})")
+@checker(
+    "toy scaling", reference=lambda x, c: x * c, mistakes=_TOY_MISTAKES, returns="scale(x, {c})"
+)
 def check_toy(gen: torch.Generator) -> list[Case]:
     """Check ``fn(x, c) -> x * c``."""
     x = torch.randn(2, 3, generator=gen)
-    return [Case("for c = 2", x=x, c=2.0),
-            Case("for c = 3", x=x, c=3.0, otherwise="Multiply by c")]
+    return [Case("for c = 2", x=x, c=2.0), Case("for c = 3", x=x, c=3.0, otherwise="Multiply by c")]
 
 
 def test_verdicts(capsys) -> None:
@@ -73,24 +74,43 @@ def test_an_unexplained_answer_gets_a_description_of_the_difference() -> None:
         y[0, 1] += 0.5
         return y
 
-    rejects(check_toy, one_entry_off, r"^scale\(x, 2.0\) for c = 2 differs from the right answer "
-            r"in 1 of 6 entries, by up to 0.5; the first at \[0, 1\]: \S+ instead of \S+$")
-    rejects(check_toy, lambda x, c: x * c if c == 2 else x * c + 1,
-            r"^scale\(x, 3.0\) for c = 3 differs .* in 6 of 6 entries, by up to 1; .*\. "
-            r"Multiply by c$")
+    rejects(
+        check_toy,
+        one_entry_off,
+        r"^scale\(x, 2.0\) for c = 2 differs from the right answer "
+        r"in 1 of 6 entries, by up to 0.5; the first at \[0, 1\]: \S+ instead of \S+$",
+    )
+    rejects(
+        check_toy,
+        lambda x, c: x * c if c == 2 else x * c + 1,
+        r"^scale\(x, 3.0\) for c = 3 differs .* in 6 of 6 entries, by up to 1; .*\. "
+        r"Multiply by c$",
+    )
     rejects(check_toy, lambda x, c: (x * c).long(), r"dtype torch.int64, expected torch.float32$")
     rejects(check_toy, lambda x, c: (x * c).tolist(), r"should be a torch.Tensor, got list$")
-    rejects(check_toy, lambda x, c: x * c / 0,
-            r"holds inf or NaN in 6 of 6 entries, the first at \[0, 0\]")
-    rejects(exercises.check_teacher_forcing, lambda tgt: tgt,
-            r"your function should return a pair \(the decoder input, the labels\), got Tensor")
-    rejects(exercises.check_online_softmax_step, lambda m, norm, acc, s, v: (m, norm),
-            r"the tuple \(m, l, acc\)")
+    rejects(
+        check_toy,
+        lambda x, c: x * c / 0,
+        r"holds inf or NaN in 6 of 6 entries, the first at \[0, 0\]",
+    )
+    rejects(
+        exercises.check_teacher_forcing,
+        lambda tgt: tgt,
+        r"your function should return a pair \(the decoder input, the labels\), got Tensor",
+    )
+    rejects(
+        exercises.check_online_softmax_step,
+        lambda m, norm, acc, s, v: (m, norm),
+        r"the tuple \(m, l, acc\)",
+    )
 
 
 def test_a_crash_names_the_exception_and_the_inputs() -> None:
-    with pytest.raises(ExerciseError, match=r"^your function raised ZeroDivisionError: division by "
-                       r"zero \(for c = 2: x \(2, 3\), c 2.0\)\. Do not divide by c\.$") as err:
+    with pytest.raises(
+        ExerciseError,
+        match=r"^your function raised ZeroDivisionError: division by "
+        r"zero \(for c = 2: x \(2, 3\), c 2.0\)\. Do not divide by c\.$",
+    ) as err:
         check_toy(lambda x, c: 1 / 0)
     assert isinstance(err.value.__cause__, ZeroDivisionError)
     rejects(check_toy, lambda x, c: x @ x, r"raised RuntimeError: .* mismatch is the usual cause")
@@ -106,8 +126,9 @@ def test_a_wrong_field_in_a_predicate_is_a_bug_of_the_checker_and_fails_loudly()
 
 
 def test_a_case_hint_comes_before_the_mistakes() -> None:
-    @checker("hint first", reference=lambda n: n + 1,
-             mistakes=[like(lambda n: n, "you forgot the 1")])
+    @checker(
+        "hint first", reference=lambda n: n + 1, mistakes=[like(lambda n: n, "you forgot the 1")]
+    )
     def check_hint() -> list[Case]:
         return [Case("for n = 1", n=1), Case("for n = 2", n=2, hint="Works for n = 1 only")]
 
@@ -145,8 +166,12 @@ def test_a_module_whose_parameters_change_is_an_input_changed_in_place() -> None
 
 
 def test_may_modify_lets_a_function_write_into_its_buffer(capsys) -> None:
-    @checker("fill", reference=lambda buf, v: buf.fill_(v), may_modify=["buf"],
-             observe=lambda fn, buf, v: (fn(buf, v), buf)[1])
+    @checker(
+        "fill",
+        reference=lambda buf, v: buf.fill_(v),
+        may_modify=["buf"],
+        observe=lambda fn, buf, v: (fn(buf, v), buf)[1],
+    )
     def check_fill() -> list[Case]:
         return [Case(buf=torch.zeros(3), v=2.0)]
 
@@ -157,25 +182,32 @@ def test_may_modify_lets_a_function_write_into_its_buffer(capsys) -> None:
 def test_a_generator_passed_as_an_input_may_be_drawn_from(capsys) -> None:
     """A sampling exercise hands the learner a generator: consuming it is no in-place change. The
     learner and the reference get copies in the same state, so the same draws agree."""
+
     @checker("sample", reference=lambda n, gen: torch.randint(10, (n,), generator=gen))
     def check_sample() -> list[Case]:
         return [Case(n=5, gen=torch.Generator().manual_seed(3))]
 
-    assert verdict(capsys, check_sample, lambda n, gen: torch.randint(10, (n,), generator=gen)) \
-        .startswith("Correct")
+    assert verdict(
+        capsys, check_sample, lambda n, gen: torch.randint(10, (n,), generator=gen)
+    ).startswith("Correct")
 
 
 # ------------------------------------------------------------------ global random state
 def _noisy(fn):
     """``fn``, drawing from every global generator first, as a learner's code might."""
+
     def wrapped(*args, **kwargs):
         torch.rand(3), random.random(), np.random.rand(2)
         return fn(*args, **kwargs)
+
     return wrapped
 
 
-@pytest.mark.parametrize("fn", [lambda x, c: x * c, lambda x, c: x + c, stub, lambda x, c: 1 / 0],
-                         ids=["right", "wrong", "stub", "crash"])
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x, c: x * c, lambda x, c: x + c, stub, lambda x, c: 1 / 0],
+    ids=["right", "wrong", "stub", "crash"],
+)
 def test_a_checker_leaves_the_global_random_state_as_it_was(fn, capsys) -> None:
     torch.manual_seed(1), random.seed(1), np.random.seed(1)
     before = global_rng_states()
@@ -192,9 +224,11 @@ def test_seeded_builds_reproducibly_and_puts_the_generator_back() -> None:
 
 # ------------------------------------------------------------------ the hint as IPython shows it
 def test_rendering_puts_the_mistake_first_and_each_sentence_on_its_own_line() -> None:
-    err = ExerciseError("you apply the mask after the softmax (zeroing weights): the weights no "
-                        "longer sum to one. Mask the *scores* before the softmax; see the section "
-                        "on masks")
+    err = ExerciseError(
+        "you apply the mask after the softmax (zeroing weights): the weights no "
+        "longer sum to one. Mask the *scores* before the softmax; see the section "
+        "on masks"
+    )
     assert err._render_traceback_() == [
         "ExerciseError: you apply the mask after the softmax (zeroing weights): the weights no "
         "longer sum to one.",

@@ -33,11 +33,15 @@ def test_kv_bytes_accepts_reference_and_stub(capsys):
     [
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_heads * c.head_dim * e, "query heads"),
         (lambda c, n, b, e: b * n * c.num_layers * c.num_kv_heads * c.head_dim * e, "factor 2"),
-        (lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim,
-         "counts elements"),
+        (
+            lambda c, n, b, e: 2 * b * n * c.num_layers * c.num_kv_heads * c.head_dim,
+            "counts elements",
+        ),
         (lambda c, n, b, e: 2 * b * n * c.num_kv_heads * c.head_dim * e, "counts one layer"),
-        (lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e,
-         "ignores batch_size"),
+        (
+            lambda c, n, b, e: 2 * n * c.num_layers * c.num_kv_heads * c.head_dim * e,
+            "ignores batch_size",
+        ),
         (lambda c, n, b, e: 2 * b * n * c.num_layers * c.d_model * e * 3, "expected"),
     ],
 )
@@ -108,8 +112,8 @@ def test_online_softmax_hints(wrong, hint):
 # ------------------------------------------------------------------ cache append
 def append_reference(keys, values, length, new_k, new_v):
     n = new_k.shape[2]
-    keys[:, :, length:length + n] = new_k
-    values[:, :, length:length + n] = new_v
+    keys[:, :, length : length + n] = new_k
+    values[:, :, length : length + n] = new_v
     return length + n
 
 
@@ -128,8 +132,8 @@ def append_cat(keys, values, length, new_k, new_v):
 
 def append_off_by_one(keys, values, length, new_k, new_v):
     n = new_k.shape[2]
-    keys[:, :, length + 1:length + 1 + n] = new_k
-    values[:, :, length + 1:length + 1 + n] = new_v
+    keys[:, :, length + 1 : length + 1 + n] = new_k
+    values[:, :, length + 1 : length + 1 + n] = new_v
     return length + n
 
 
@@ -142,7 +146,7 @@ def append_at_zero(keys, values, length, new_k, new_v):
 
 def append_keys_only(keys, values, length, new_k, new_v):
     n = new_k.shape[2]
-    keys[:, :, length:length + n] = new_k
+    keys[:, :, length : length + n] = new_k
     return length + n
 
 
@@ -174,8 +178,8 @@ def test_append_hints(wrong, hint):
 def test_append_wrong_dimension_is_rejected():
     def along_heads(keys, values, length, new_k, new_v):  # positions along dim 1: shapes clash
         n = new_k.shape[2]
-        keys[:, length:length + n] = new_k.transpose(1, 2)
-        values[:, length:length + n] = new_v.transpose(1, 2)
+        keys[:, length : length + n] = new_k.transpose(1, 2)
+        values[:, length : length + n] = new_v.transpose(1, 2)
         return length + n
 
     with pytest.raises(ExerciseError, match="raised RuntimeError"):

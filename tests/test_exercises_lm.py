@@ -64,14 +64,14 @@ def merge_right_to_left(ids, pair, new_id):
 def merge_first_only(ids, pair, new_id):
     for i in range(len(ids) - 1):
         if (ids[i], ids[i + 1]) == tuple(pair):
-            return ids[:i] + [new_id] + ids[i + 2:]
+            return ids[:i] + [new_id] + ids[i + 2 :]
     return ids[:]
 
 
 def merge_unordered(ids, pair, new_id):
     out, i = [], 0
     while i < len(ids):
-        if sorted(ids[i:i + 2]) == sorted(pair):
+        if sorted(ids[i : i + 2]) == sorted(pair):
             out.append(new_id)
             i += 2
         else:
@@ -80,16 +80,21 @@ def merge_unordered(ids, pair, new_id):
     return out
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (merge_advancing_by_one, "moves on by one token"),
-    (merge_right_to_left, "you merge from the right"),
-    (merge_first_only, "only the first occurrence"),
-    (merge_unordered, "in the other order"),
-    (lambda ids, pair, new_id: list(ids), "nothing was merged for two occurrences"),
-    (lambda ids, pair, new_id: torch.tensor(merge(ids, pair, new_id)), "got Tensor"),
-    (lambda ids, pair, new_id: [new_id if t == pair[0] else t for t in ids if t != pair[1]],
-     r"overlaps itself is \[\], expected \[9, 5\]"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (merge_advancing_by_one, "moves on by one token"),
+        (merge_right_to_left, "you merge from the right"),
+        (merge_first_only, "only the first occurrence"),
+        (merge_unordered, "in the other order"),
+        (lambda ids, pair, new_id: list(ids), "nothing was merged for two occurrences"),
+        (lambda ids, pair, new_id: torch.tensor(merge(ids, pair, new_id)), "got Tensor"),
+        (
+            lambda ids, pair, new_id: [new_id if t == pair[0] else t for t in ids if t != pair[1]],
+            r"overlaps itself is \[\], expected \[9, 5\]",
+        ),
+    ],
+)
 def test_merge_rejects_mistakes(wrong, hint):
     rejects(check_bpe_merge, wrong, hint)
 
@@ -99,7 +104,7 @@ def test_merge_that_edits_the_list_in_place_is_rejected():
         i = 0
         while i < len(ids) - 1:
             if (ids[i], ids[i + 1]) == tuple(pair):
-                ids[i:i + 2] = [new_id]  # the caller's list shrinks
+                ids[i : i + 2] = [new_id]  # the caller's list shrinks
             i += 1
         return ids
 
@@ -127,7 +132,8 @@ def lm_loss_from_the_whole_sequence(model, tokens, pad_id):
 def test_lm_loss_accepts_right_answers(capsys):
     for fn in (lm_loss_by_hand, lm_loss_from_the_whole_sequence):
         assert verdict(capsys, check_lm_loss, fn) == (
-            "Correct: the causal language-modelling loss.\n")
+            "Correct: the causal language-modelling loss.\n"
+        )
     assert verdict(capsys, check_lm_loss, stub).startswith("Not attempted yet")
 
 
@@ -140,22 +146,35 @@ def _nll(model, tokens):
     return -torch.log_softmax(logits, -1).gather(-1, tokens[:, 1:, None])[..., 0]  # (B, T)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda m, t, p: _ce(m(t[:, :-1]), t[:, :-1], ignore_index=p), "the targets are not shifted"),
-    (lambda m, t, p: _ce(m(t), t, ignore_index=p), "the targets are not shifted"),
-    (lambda m, t, p: _ce(m(t[:, 1:]), t[:, :-1], ignore_index=p), "shifted the wrong way"),
-    (lambda m, t, p: _ce(m(t[:, :-1]), t[:, 1:]), "includes the padded targets"),
-    (lambda m, t, p: (_nll(m, t) * (t[:, 1:] != p)).sum() / t[:, 1:].numel(),
-     "still divide by all B x T"),
-    (lambda m, t, p: _nll(m, t)[t[:, :-1] != p].mean(), "whose input is padding"),
-    (lambda m, t, p: torch.stack([row[keep].mean() for row, keep
-                                  in zip(_nll(m, t), t[:, 1:] != p, strict=True)]).mean(),
-     "you average each sequence, then the sequences"),
-    (lambda m, t, p: _nll(m, t)[t[:, 1:] != p].sum(), "the sum over the targets"),
-    (lambda m, t, p: _nll(m, t) * (t[:, 1:] != p), r"has shape \(3, 8\)"),
-    (lambda m, t, p: _nll(m, t)[t[:, 1:] != p].mean() / torch.log(torch.tensor(2.0)),
-     "natural log"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (
+            lambda m, t, p: _ce(m(t[:, :-1]), t[:, :-1], ignore_index=p),
+            "the targets are not shifted",
+        ),
+        (lambda m, t, p: _ce(m(t), t, ignore_index=p), "the targets are not shifted"),
+        (lambda m, t, p: _ce(m(t[:, 1:]), t[:, :-1], ignore_index=p), "shifted the wrong way"),
+        (lambda m, t, p: _ce(m(t[:, :-1]), t[:, 1:]), "includes the padded targets"),
+        (
+            lambda m, t, p: (_nll(m, t) * (t[:, 1:] != p)).sum() / t[:, 1:].numel(),
+            "still divide by all B x T",
+        ),
+        (lambda m, t, p: _nll(m, t)[t[:, :-1] != p].mean(), "whose input is padding"),
+        (
+            lambda m, t, p: torch.stack(
+                [row[keep].mean() for row, keep in zip(_nll(m, t), t[:, 1:] != p, strict=True)]
+            ).mean(),
+            "you average each sequence, then the sequences",
+        ),
+        (lambda m, t, p: _nll(m, t)[t[:, 1:] != p].sum(), "the sum over the targets"),
+        (lambda m, t, p: _nll(m, t) * (t[:, 1:] != p), r"has shape \(3, 8\)"),
+        (
+            lambda m, t, p: _nll(m, t)[t[:, 1:] != p].mean() / torch.log(torch.tensor(2.0)),
+            "natural log",
+        ),
+    ],
+)
 def test_lm_loss_rejects_mistakes(wrong, hint):
     rejects(check_lm_loss, wrong, hint)
 
@@ -190,7 +209,8 @@ def top_k_probs_renormalised(logits, temperature, k):
 def test_top_k_accepts_right_answers(capsys):
     for fn in (top_k_probs, top_k_probs_renormalised):
         assert verdict(capsys, check_top_k_probs, fn) == (
-            "Correct: temperature and top-k sampling probabilities.\n")
+            "Correct: temperature and top-k sampling probabilities.\n"
+        )
     assert verdict(capsys, check_top_k_probs, stub).startswith("Not attempted yet")
 
 
@@ -199,18 +219,26 @@ def _filtered(logits, k, fill=float("-inf"), strict=False):
     return logits.masked_fill(logits <= kth if strict else logits < kth, fill)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda x, t, k: top_k_probs(x, t, k + 1), r"k \+ 1 tokens"),
-    (lambda x, t, k: torch.softmax(_filtered(x / t, k, strict=True), -1), "k - 1 tokens"),
-    (lambda x, t, k: top_k_probs(x, 1.0, k), "the temperature has no effect"),
-    (lambda x, t, k: top_k_probs(torch.softmax(x, -1).log(), 1.0, k) / t, "after the softmax"),
-    (lambda x, t, k: top_k_probs(x * t, 1.0, k), "you multiply the logits by the temperature"),
-    (lambda x, t, k: torch.softmax(x / t, -1) * (_filtered(x, k) > float("-inf")),
-     "your rows sum to less than 1"),
-    (lambda x, t, k: torch.softmax(_filtered(x / t, k, fill=0.0), -1), "not 0, before the softmax"),
-    (lambda x, t, k: _filtered(x / t, k), "those are the filtered logits"),
-    (lambda x, t, k: torch.softmax(_filtered(x / t, k), 0), "sums to 1"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda x, t, k: top_k_probs(x, t, k + 1), r"k \+ 1 tokens"),
+        (lambda x, t, k: torch.softmax(_filtered(x / t, k, strict=True), -1), "k - 1 tokens"),
+        (lambda x, t, k: top_k_probs(x, 1.0, k), "the temperature has no effect"),
+        (lambda x, t, k: top_k_probs(torch.softmax(x, -1).log(), 1.0, k) / t, "after the softmax"),
+        (lambda x, t, k: top_k_probs(x * t, 1.0, k), "you multiply the logits by the temperature"),
+        (
+            lambda x, t, k: torch.softmax(x / t, -1) * (_filtered(x, k) > float("-inf")),
+            "your rows sum to less than 1",
+        ),
+        (
+            lambda x, t, k: torch.softmax(_filtered(x / t, k, fill=0.0), -1),
+            "not 0, before the softmax",
+        ),
+        (lambda x, t, k: _filtered(x / t, k), "those are the filtered logits"),
+        (lambda x, t, k: torch.softmax(_filtered(x / t, k), 0), "sums to 1"),
+    ],
+)
 def test_top_k_rejects_mistakes(wrong, hint):
     rejects(check_top_k_probs, wrong, hint)
 

@@ -42,18 +42,31 @@ def test_decoder_mask_accepts_reference_and_reports_stub(capsys) -> None:
     [
         (lambda lengths, T: ~mask_ref(lengths, T), "inverted"),
         (lambda lengths, T: causal_mask(T).expand(len(lengths), 1, T, T), "only causal"),
-        (lambda lengths, T: padding_mask(lengths, T).expand(len(lengths), 1, T, T),
-         "only hides padding"),
+        (
+            lambda lengths, T: padding_mask(lengths, T).expand(len(lengths), 1, T, T),
+            "only hides padding",
+        ),
         (lambda lengths, T: causal_mask(T).T & padding_mask(lengths, T), "upper-triangular"),
         (lambda lengths, T: causal_mask(T) | padding_mask(lengths, T), "OR"),
         (lambda lengths, T: mask_ref(lengths, T).int(), "boolean"),
         (lambda lengths, T: causal_mask(T), r"one \(T, T\) matrix"),
         (lambda lengths, T: mask_ref(lengths, T)[:, 0], "values are right but the shape"),
-        (lambda lengths, T: mask_ref(lengths, T) & (torch.rand(len(lengths), 1, T, T) > 2),
-         "differs from"),
+        (
+            lambda lengths, T: mask_ref(lengths, T) & (torch.rand(len(lengths), 1, T, T) > 2),
+            "differs from",
+        ),
     ],
-    ids=["inverted", "causal-only", "padding-only", "triu", "or", "int", "2d", "no-head-dim",
-         "other"],
+    ids=[
+        "inverted",
+        "causal-only",
+        "padding-only",
+        "triu",
+        "or",
+        "int",
+        "2d",
+        "no-head-dim",
+        "other",
+    ],
 )
 def test_decoder_mask_hints(wrong, hint) -> None:
     torch.manual_seed(0)
@@ -79,20 +92,33 @@ def test_layer_parameters_accepts_reference(capsys) -> None:
 @pytest.mark.parametrize(
     "wrong, hint",
     [
-        (lambda d, f, dec: (2 if dec else 1) * 4 * d * d + 2 * d * f + (3 if dec else 2) * 2 * d,
-         "biases"),
+        (
+            lambda d, f, dec: (2 if dec else 1) * 4 * d * d + 2 * d * f + (3 if dec else 2) * 2 * d,
+            "biases",
+        ),
         (lambda d, f, dec: count_ref(d, f, dec) - (3 if dec else 2) * 2 * d, "LayerNorms"),
         (lambda d, f, dec: count_ref(d, f, False), "looks like an encoder"),
         (lambda d, f, dec: count_ref(d, f, dec) - (2 * d if dec else 0), "third LayerNorm"),
-        (lambda d, f, dec: count_ref(d, f, dec) - (4 * d * d + 4 * d if dec else 0),
-         "cross-attention"),
+        (
+            lambda d, f, dec: count_ref(d, f, dec) - (4 * d * d + 4 * d if dec else 0),
+            "cross-attention",
+        ),
         (lambda d, f, dec: count_ref(d, f, dec) - d * d - d, r"W\^O"),
         (lambda d, f, dec: count_ref(d, f, dec) - d * f - f, "one of the FFN"),
         (lambda d, f, dec: count_ref(d, f, dec) + 1, "expected"),
         (lambda d, f, dec: "many", "should return a number"),
     ],
-    ids=["no-bias", "no-norm", "decoder-as-encoder", "no-norm3", "no-cross", "no-wo", "one-ffn",
-         "off-by-one", "not-a-number"],
+    ids=[
+        "no-bias",
+        "no-norm",
+        "decoder-as-encoder",
+        "no-norm3",
+        "no-cross",
+        "no-wo",
+        "one-ffn",
+        "off-by-one",
+        "not-a-number",
+    ],
 )
 def test_layer_parameters_hints(wrong, hint) -> None:
     with pytest.raises(ExerciseError, match=hint):
@@ -125,9 +151,12 @@ def test_next_token_accepts_reference_and_via_encode_decode(capsys) -> None:
         (lambda m, s, p: m(s, p).argmax(-1), "one prediction per position"),
         (lambda m, s, p: m(s, p)[:, 0].argmax(-1), "first position"),
         (lambda m, s, p: m(s, p)[:, -1].argmin(-1), "argmin"),
-        (lambda m, s, p: (m(s, p[:, :1])[:, -1].argmax(-1) * 0 + 3
-                          + (m(s, p)[:, -1].argmax(-1) == 3).long()),
-         "differ from"),
+        (
+            lambda m, s, p: (
+                m(s, p[:, :1])[:, -1].argmax(-1) * 0 + 3 + (m(s, p)[:, -1].argmax(-1) == 3).long()
+            ),
+            "differ from",
+        ),
         (lambda m, s, p: m(s, p)[:, -1].argmax(0), "shape"),
     ],
     ids=["logits", "all-positions", "first", "argmin", "other", "wrong-dim"],
@@ -156,8 +185,11 @@ def test_next_token_that_changes_the_source_in_place_is_rejected() -> None:
 
 def test_layer_parameters_take_only_numbers() -> None:
     """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
-    assert all(isinstance(x, int) for case in check_layer_parameters.spec.cases()
-               for x in case.inputs.values())
+    assert all(
+        isinstance(x, int)
+        for case in check_layer_parameters.spec.cases()
+        for x in case.inputs.values()
+    )
 
 
 # -- an encoder layer from its parts -----------------------------------------------------------
@@ -165,6 +197,7 @@ def test_layer_parameters_take_only_numbers() -> None:
 
 def layer_ref(layer, x, src_mask):
     """Post-LN written with torch.nn.functional around the layer's attention and FFN."""
+
     def norm(ln, z):
         return F.layer_norm(z, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
@@ -212,21 +245,44 @@ def in_train_mode(layer, x, src_mask):
         (pre_ln, "pre-LN"),
         (partial(variant, first=lambda layer, x, a: layer.norm1(a)), "residual connection"),
         (partial(variant, second=lambda layer, h, o: layer.norm2(o)), "residual connection"),
-        (partial(variant, first=lambda layer, x, a: layer.norm2(x + a),
-                 second=lambda layer, h, o: layer.norm1(h + o)), "swapped"),
+        (
+            partial(
+                variant,
+                first=lambda layer, x, a: layer.norm2(x + a),
+                second=lambda layer, h, o: layer.norm1(h + o),
+            ),
+            "swapped",
+        ),
         (partial(variant, second=lambda layer, h, o: h + o), "a LayerNorm is missing"),
         (partial(variant, ffn_input=lambda x, h: x), "reads the layer's input x"),
         (partial(variant, mask=False), r"you ignore src_mask for x \(3, 6, 16\) with padding"),
-        (partial(variant, first=lambda layer, x, a: layer.norm1(x + F.dropout(a, 0.1))),
-         "dropout is still on"),
+        (
+            partial(variant, first=lambda layer, x, a: layer.norm1(x + F.dropout(a, 0.1))),
+            "dropout is still on",
+        ),
         (in_train_mode, "dropout is still on"),
-        (lambda layer, x, m: layer.norm1(x + layer.self_attn(x, x, x, m)),
-         r"returns a pair \(output, weights\)"),
-        (lambda layer, x, m: variant(layer, x, m) * 1.01,
-         r"differs from the right answer .* It differs from layer\(x, src_mask\)"),
+        (
+            lambda layer, x, m: layer.norm1(x + layer.self_attn(x, x, x, m)),
+            r"returns a pair \(output, weights\)",
+        ),
+        (
+            lambda layer, x, m: variant(layer, x, m) * 1.01,
+            r"differs from the right answer .* It differs from layer\(x, src_mask\)",
+        ),
     ],
-    ids=["pre-ln", "no-residual-attn", "no-residual-ffn", "norms-swapped", "no-norm2",
-         "ffn-reads-x", "mask-ignored", "f-dropout", "train-mode", "tuple", "other"],
+    ids=[
+        "pre-ln",
+        "no-residual-attn",
+        "no-residual-ffn",
+        "norms-swapped",
+        "no-norm2",
+        "ffn-reads-x",
+        "mask-ignored",
+        "f-dropout",
+        "train-mode",
+        "tuple",
+        "other",
+    ],
 )
 def test_encoder_layer_hints(wrong, hint) -> None:
     with pytest.raises(ExerciseError, match=hint):

@@ -41,18 +41,27 @@ def test_split_heads_stub_is_not_attempted(capsys):
     assert "Not attempted yet: split heads" in _verdict(capsys, check_split_heads, stub)
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda x, h: x.view(x.shape[0], h, x.shape[1], x.shape[2] // h), "straight to"),
-    (lambda x, h: x.view(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
-     "every h-th feature"),
-    (lambda x, h: x.view(x.shape[0], x.shape[1], h, x.shape[2] // h), r"\(B, T, h, d_k\)"),
-    (lambda x, h: x.view(x.shape[0], x.shape[1], 4, x.shape[2] // 4).transpose(1, 2),
-     "num_heads=2"),
-    # the result is named after the chapter's stub, my_split_heads (not the package's split_heads)
-    (lambda x, h: x.transpose(1, 2),
-     r"my_split_heads\(x, 4\) for x of shape \(2, 3, 20\) has shape"),
-    (lambda x, h: split_reference(x, h) + 1, "differ"),
-])
+@pytest.mark.parametrize(
+    "wrong,hint",
+    [
+        (lambda x, h: x.view(x.shape[0], h, x.shape[1], x.shape[2] // h), "straight to"),
+        (
+            lambda x, h: x.view(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
+            "every h-th feature",
+        ),
+        (lambda x, h: x.view(x.shape[0], x.shape[1], h, x.shape[2] // h), r"\(B, T, h, d_k\)"),
+        (
+            lambda x, h: x.view(x.shape[0], x.shape[1], 4, x.shape[2] // 4).transpose(1, 2),
+            "num_heads=2",
+        ),
+        # the result is named after the chapter's stub, my_split_heads (not the package's split_heads)
+        (
+            lambda x, h: x.transpose(1, 2),
+            r"my_split_heads\(x, 4\) for x of shape \(2, 3, 20\) has shape",
+        ),
+        (lambda x, h: split_reference(x, h) + 1, "differ"),
+    ],
+)
 def test_split_heads_rejects_mistakes_with_their_hint(wrong, hint):
     _rejects(check_split_heads, wrong, hint)
 
@@ -76,13 +85,18 @@ def test_merge_heads_stub_is_not_attempted(capsys):
     assert "Not attempted yet: merge heads" in _verdict(capsys, check_merge_heads, stub)
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "straight to"),
-    (lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "interleaves"),
-    (lambda x: x.transpose(1, 2), r"my_merge_heads\(heads\) for heads .* has shape"),
-    (lambda x: merge_reference(x).flip(-1),
-     r"my_merge_heads\(split_heads\(x, h\)\) should give x back"),
-])
+@pytest.mark.parametrize(
+    "wrong,hint",
+    [
+        (lambda x: x.reshape(x.shape[0], x.shape[2], -1), "straight to"),
+        (lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "interleaves"),
+        (lambda x: x.transpose(1, 2), r"my_merge_heads\(heads\) for heads .* has shape"),
+        (
+            lambda x: merge_reference(x).flip(-1),
+            r"my_merge_heads\(split_heads\(x, h\)\) should give x back",
+        ),
+    ],
+)
 def test_merge_heads_rejects_mistakes_with_their_hint(wrong, hint):
     _rejects(check_merge_heads, wrong, hint)
 
@@ -110,17 +124,27 @@ def test_parameter_count_stub_is_not_attempted(capsys):
     assert "Not attempted yet" in _verdict(capsys, check_parameter_count, stub)
 
 
-@pytest.mark.parametrize("wrong,hint", [
-    (lambda d, h, bias=True: 3 * d * d + (3 * d if bias else 0), "forgot the output projection"),
-    (lambda d, h, bias=True: 4 * d * d, "forgot the biases"),
-    (lambda d, h, bias=True: 4 * d * d + 4 * d, "no biases"),
-    (lambda d, h, bias=True: h * (4 * d * d + (4 * d if bias else 0)),
-     "every head d_model x d_model"),
-    (lambda d, h, bias=True: 3 * h * d * d + h * d * d + (3 * h * d + d if bias else 0),
-     "every head d_model x d_model"),
-    (lambda d, h, bias=True: 4 * d * d + 4 * d + 1, "expected"),
-    (lambda d, h, bias=True: 4.0 * d * d, "Python int"),
-])
+@pytest.mark.parametrize(
+    "wrong,hint",
+    [
+        (
+            lambda d, h, bias=True: 3 * d * d + (3 * d if bias else 0),
+            "forgot the output projection",
+        ),
+        (lambda d, h, bias=True: 4 * d * d, "forgot the biases"),
+        (lambda d, h, bias=True: 4 * d * d + 4 * d, "no biases"),
+        (
+            lambda d, h, bias=True: h * (4 * d * d + (4 * d if bias else 0)),
+            "every head d_model x d_model",
+        ),
+        (
+            lambda d, h, bias=True: 3 * h * d * d + h * d * d + (3 * h * d + d if bias else 0),
+            "every head d_model x d_model",
+        ),
+        (lambda d, h, bias=True: 4 * d * d + 4 * d + 1, "expected"),
+        (lambda d, h, bias=True: 4.0 * d * d, "Python int"),
+    ],
+)
 def test_parameter_count_rejects_mistakes_with_their_hint(wrong, hint):
     _rejects(check_parameter_count, wrong, hint)
 
@@ -159,8 +183,16 @@ def test_multi_head_attention_stub_is_not_attempted(capsys):
     assert "Not attempted yet" in _verdict(capsys, check_multi_head_attention, stub)
 
 
-def _vectorised_with(*, w_o=True, transpose=True, mask=True, split=True, swap_kv=False,
-                     k_proj="w_k", scale_by_d_model=False):
+def _vectorised_with(
+    *,
+    w_o=True,
+    transpose=True,
+    mask=True,
+    split=True,
+    swap_kv=False,
+    k_proj="w_k",
+    scale_by_d_model=False,
+):
     def fn(mha, query, key, value, m=None):
         B, T, D = query.shape
         h = mha.num_heads if split else 1
@@ -175,18 +207,22 @@ def _vectorised_with(*, w_o=True, transpose=True, mask=True, split=True, swap_kv
         out, _ = scaled_dot_product_attention(q, k, v, m if mask else None)
         out = out.transpose(1, 2).reshape(B, T, D) if transpose else out.reshape(B, T, D)
         return mha.w_o(out) if w_o else out
+
     return fn
 
 
-@pytest.mark.parametrize("kwargs,hint", [
-    (dict(w_o=False), "without the output projection"),
-    (dict(transpose=False), "mixes positions"),
-    (dict(mask=False), "ignore the mask"),
-    (dict(split=False), "one attention of width d_model"),
-    (dict(swap_kv=True), "swapped"),
-    (dict(k_proj="w_q"), "with W\\^Q"),
-    (dict(scale_by_d_model=True), "differs from MultiHeadAttention"),
-])
+@pytest.mark.parametrize(
+    "kwargs,hint",
+    [
+        (dict(w_o=False), "without the output projection"),
+        (dict(transpose=False), "mixes positions"),
+        (dict(mask=False), "ignore the mask"),
+        (dict(split=False), "one attention of width d_model"),
+        (dict(swap_kv=True), "swapped"),
+        (dict(k_proj="w_q"), "with W\\^Q"),
+        (dict(scale_by_d_model=True), "differs from MultiHeadAttention"),
+    ],
+)
 def test_multi_head_attention_rejects_mistakes_with_their_hint(kwargs, hint):
     _rejects(check_multi_head_attention, _vectorised_with(**kwargs), hint)
 
@@ -215,6 +251,7 @@ def test_merge_heads_that_transposes_its_input_in_place_is_rejected():
 def test_multi_head_attention_that_changes_the_layer_cannot_fool_the_checker():
     """Zeroing W^O's bias inside the function changed the layer the checker then used for its
     reference, which agreed."""
+
     def no_bias(mha, query, key, value, mask=None):
         mha.w_o.bias.zero_()
         return mha_vectorised(mha, query, key, value, mask)
@@ -224,5 +261,8 @@ def test_multi_head_attention_that_changes_the_layer_cannot_fool_the_checker():
 
 def test_parameter_count_takes_only_numbers():
     """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
-    assert all(isinstance(x, int) for case in check_parameter_count.spec.cases()
-               for x in case.inputs.values())
+    assert all(
+        isinstance(x, int)
+        for case in check_parameter_count.spec.cases()
+        for x in case.inputs.values()
+    )

@@ -48,8 +48,9 @@ def _pe_variant(P, d, *, exponent=None, first="sin", halves=False, start=0):
 
 def test_encoding_accepts_reference_and_package(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_sinusoidal_encoding, pe_reference)
-    assert "Correct" in _verdict(capsys, check_sinusoidal_encoding,
-                                 lambda P, d: sinusoidal_encoding(P, d))
+    assert "Correct" in _verdict(
+        capsys, check_sinusoidal_encoding, lambda P, d: sinusoidal_encoding(P, d)
+    )
     assert "Not attempted" in _verdict(capsys, check_sinusoidal_encoding, stub)
 
 
@@ -63,8 +64,10 @@ def pe_column_index_exponent(P, d):
     "wrong, hint",
     [
         (lambda P, d: _pe_variant(P, d, first="cos"), "sin and cos are swapped"),
-        (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: i / d),
-         "pair index i where the formula has 2i"),
+        (
+            lambda P, d: _pe_variant(P, d, exponent=lambda i, d: i / d),
+            "pair index i where the formula has 2i",
+        ),
         (pe_column_index_exponent, "column index j"),
         (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: -2 * i / d), "wrong sign"),
         (lambda P, d: _pe_variant(P, d, halves=True), "concatenated halves"),
@@ -73,9 +76,12 @@ def pe_column_index_exponent(P, d):
         (lambda P, d: pe_reference(P, d).T, "transposed"),
         (lambda P, d: _pe_variant(P, d, exponent=lambda i, d: 2 * i / 16), "wrong for d_model=64"),
         (lambda P, d: 2 * pe_reference(P, d), r"outside \[-1, 1\]"),
-        (lambda P, d: torch.cat([pe_reference(P, d)[:, :-1],
-                                 torch.zeros(P, 1, dtype=torch.float64)], -1),
-         "even .sin. dimensions are right"),
+        (
+            lambda P, d: torch.cat(
+                [pe_reference(P, d)[:, :-1], torch.zeros(P, 1, dtype=torch.float64)], -1
+            ),
+            "even .sin. dimensions are right",
+        ),
         (lambda P, d: pe_reference(P, d)[:, :-1], "shape"),
         (lambda P, d: pe_reference(P, d).numpy(), "torch.Tensor"),
         (lambda P, d: pe_reference(P, d) @ torch.ones(3), "raised RuntimeError"),
@@ -115,8 +121,9 @@ def test_shift_accepts_reference_and_package(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_shift_matrix, m_reference)
     assert "Correct" in _verdict(capsys, check_shift_matrix, shift_matrix)
     # float32 is fine too
-    assert "Correct" in _verdict(capsys, check_shift_matrix,
-                                 lambda k, d: shift_matrix(k, d, dtype=torch.float32))
+    assert "Correct" in _verdict(
+        capsys, check_shift_matrix, lambda k, d: shift_matrix(k, d, dtype=torch.float32)
+    )
     assert "Not attempted" in _verdict(capsys, check_shift_matrix, stub)
 
 
@@ -164,6 +171,7 @@ def pairs_reference(d_model: int, length: float) -> int:
 def test_pairs_accepts_reference(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_pairs_with_full_period, pairs_reference)
     assert "Not attempted" in _verdict(capsys, check_pairs_with_full_period, stub)
+
     # A brute-force count over the table is a right answer too.
     def brute(d, L):
         lam = 2 * math.pi / 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
@@ -213,10 +221,12 @@ def test_pairs_rejects_typical_mistakes(wrong, hint: str) -> None:
 
 
 def test_pairs_accepts_integer_valued_floats_and_tensors(capsys) -> None:
-    assert "Correct" in _verdict(capsys, check_pairs_with_full_period,
-                                 lambda d, L: float(pairs_reference(d, L)))
-    assert "Correct" in _verdict(capsys, check_pairs_with_full_period,
-                                 lambda d, L: torch.tensor(pairs_reference(d, L)))
+    assert "Correct" in _verdict(
+        capsys, check_pairs_with_full_period, lambda d, L: float(pairs_reference(d, L))
+    )
+    assert "Correct" in _verdict(
+        capsys, check_pairs_with_full_period, lambda d, L: torch.tensor(pairs_reference(d, L))
+    )
 
 
 # ---------------------------------------------------------------- RoPE
@@ -239,9 +249,11 @@ def test_rope_accepts_reference_and_package(capsys) -> None:
     assert "Correct" in _verdict(capsys, check_rotary_embedding, rotary_embedding)
     # Via the shift matrix, row by row: the definition in the chapter.
     assert "Correct" in _verdict(
-        capsys, check_rotary_embedding,
-        lambda x: torch.stack([x[..., m, :] @ shift_matrix(m, x.shape[-1])
-                               for m in range(x.shape[-2])], -2),
+        capsys,
+        check_rotary_embedding,
+        lambda x: torch.stack(
+            [x[..., m, :] @ shift_matrix(m, x.shape[-1]) for m in range(x.shape[-2])], -2
+        ),
     )
     assert "Not attempted" in _verdict(capsys, check_rotary_embedding, stub)
 
@@ -271,10 +283,14 @@ def rope_only_for_d8(x):
         (lambda x: _rope(x, lambda m, i, d: -m / 10000 ** (2 * i / d)), "wrong way"),
         (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (2 * i / d), halves=True), r"i \+ d/2"),
         (lambda x: _rope(x, lambda m, i, d: m + 0 * i), "same angle m"),
-        (lambda x: _rope(x, lambda m, i, d: m / 10000 ** (i / d)),
-         "uses i where the formula has 2i"),
-        (lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype),
-         "added the sinusoidal"),
+        (
+            lambda x: _rope(x, lambda m, i, d: m / 10000 ** (i / d)),
+            "uses i where the formula has 2i",
+        ),
+        (
+            lambda x: x + sinusoidal_encoding(x.shape[-2], x.shape[-1], dtype=x.dtype),
+            "added the sinusoidal",
+        ),
         (lambda x: x.clone(), "unchanged"),
         (lambda x: 2 * rope_reference(x), "length of the vectors"),
         (lambda x: _rope(x, lambda m, i, d: (m + 1) / 10000 ** (2 * i / d)), "position 0"),
@@ -297,5 +313,6 @@ def test_rope_that_rotates_its_input_in_place_is_rejected() -> None:
 def test_encoding_shift_and_pairs_take_only_numbers() -> None:
     """Their inputs are Python numbers, which a function cannot change in place."""
     for check in (check_sinusoidal_encoding, check_shift_matrix, check_pairs_with_full_period):
-        assert all(isinstance(x, (int, float))
-                   for case in check.spec.cases() for x in case.inputs.values())
+        assert all(
+            isinstance(x, (int, float)) for case in check.spec.cases() for x in case.inputs.values()
+        )

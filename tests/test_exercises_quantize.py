@@ -72,15 +72,18 @@ def _no_keepdim(x):
     return values, scale.squeeze(-1)
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (_per_tensor, "one scale for the whole tensor"),
-    (_by_128, "max|x| / 128"),
-    (_truncate, "truncate"),
-    (_float_values, "int8 tensor"),
-    (_zero_row_nan, "0/0"),
-    (_no_abs, "maximum of |x|"),
-    (_no_keepdim, "keepdim"),
-])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (_per_tensor, "one scale for the whole tensor"),
+        (_by_128, "max|x| / 128"),
+        (_truncate, "truncate"),
+        (_float_values, "int8 tensor"),
+        (_zero_row_nan, "0/0"),
+        (_no_abs, "maximum of |x|"),
+        (_no_keepdim, "keepdim"),
+    ],
+)
 def test_rejects_typical_mistakes_with_their_own_hint(wrong, hint):
     with pytest.raises(ExerciseError, match=hint.replace("|", r"\|")):
         check_quantize_rows(wrong)

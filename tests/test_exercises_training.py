@@ -137,6 +137,7 @@ def test_teacher_forcing_rejects_mistakes(wrong, hint):
 def test_teacher_forcing_that_strips_eos_in_place_is_rejected():
     """Hiding EOS from the decoder input in place also removed it from the labels (a view of the
     same tensor); the checker used to build its reference afterwards and accept it."""
+
     def strip_eos(tgt):
         decoder_input = tgt[:, :-1]
         decoder_input[decoder_input == 2] = 0  # writes into tgt, and so into the labels
@@ -157,5 +158,8 @@ def test_smoothed_targets_that_reuse_the_target_as_scratch_are_rejected():
 
 def test_noam_takes_only_numbers():
     """Its inputs are Python numbers, which a function cannot change in place: no in-place test."""
-    assert all(isinstance(x, (int, list)) for case in check_noam_learning_rate.spec.cases()
-               for x in case.inputs.values())
+    assert all(
+        isinstance(x, (int, list))
+        for case in check_noam_learning_rate.spec.cases()
+        for x in case.inputs.values()
+    )

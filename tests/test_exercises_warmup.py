@@ -21,17 +21,23 @@ def test_softmax_accepts_right_answers_and_reports_the_stub(capsys) -> None:
     assert verdict(capsys, check_softmax, stub).startswith("Not attempted yet")
 
 
-@pytest.mark.parametrize("wrong, hint", [
-    (lambda x, dim=-1: torch.softmax(x, dim=0), r"normalises over dim 0"),
-    (lambda x, dim=-1: torch.softmax(x, dim=1), r"normalises over dim 1"),
-    (lambda x, dim=-1: torch.exp(x), r"exp\(x\) without dividing by the row sums"),
-    (lambda x, dim=-1: torch.exp(x) / torch.exp(x).sum(dim, keepdim=True),
-     r"overflows for large inputs \(x \+ 1000 gives inf or NaN\)"),
-    (lambda x, dim=-1: 2 * softmax_reference(x, dim), r"do not sum to one"),
-    (lambda x, dim=-1: softmax_reference(x, -1), r"ignores its `dim` argument"),
-    (lambda x, dim=-1: softmax_reference(x, dim)[..., :-1], r"has shape \(3, 4, 4\), expected"),
-    (lambda x, dim=-1: softmax_reference(x, dim).flip(-1), r"differs from the right answer in"),
-], ids=["dim0", "dim1", "exp-only", "overflow", "not-normalised", "dim-ignored", "shape", "other"])
+@pytest.mark.parametrize(
+    "wrong, hint",
+    [
+        (lambda x, dim=-1: torch.softmax(x, dim=0), r"normalises over dim 0"),
+        (lambda x, dim=-1: torch.softmax(x, dim=1), r"normalises over dim 1"),
+        (lambda x, dim=-1: torch.exp(x), r"exp\(x\) without dividing by the row sums"),
+        (
+            lambda x, dim=-1: torch.exp(x) / torch.exp(x).sum(dim, keepdim=True),
+            r"overflows for large inputs \(x \+ 1000 gives inf or NaN\)",
+        ),
+        (lambda x, dim=-1: 2 * softmax_reference(x, dim), r"do not sum to one"),
+        (lambda x, dim=-1: softmax_reference(x, -1), r"ignores its `dim` argument"),
+        (lambda x, dim=-1: softmax_reference(x, dim)[..., :-1], r"has shape \(3, 4, 4\), expected"),
+        (lambda x, dim=-1: softmax_reference(x, dim).flip(-1), r"differs from the right answer in"),
+    ],
+    ids=["dim0", "dim1", "exp-only", "overflow", "not-normalised", "dim-ignored", "shape", "other"],
+)
 def test_softmax_rejects_each_mistake_with_its_hint(wrong, hint) -> None:
     rejects(check_softmax, wrong, hint)
 

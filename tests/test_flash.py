@@ -120,8 +120,9 @@ def test_bad_shapes_raise(shapes, match):
 
 # A block size that is not an int is a wrong *kind* (TypeError, CONTRIBUTING "Errors"); this
 # test expected ValueError for 2.5 before the shared checks were used.
-@pytest.mark.parametrize("block_size, error", [(0, ValueError), (-3, ValueError),
-                                               (2.5, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "block_size, error", [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)]
+)
 def test_bad_block_size_raises(block_size, error):
     x = torch.zeros(1, 4, 4)
     with pytest.raises(error, match="block_size"):
@@ -141,8 +142,13 @@ def test_other_bad_arguments_raise():
 
 
 def _step_inputs(T=3, S_blk=4, d_v=2):
-    return (torch.full((T, 1), float("-inf")), torch.zeros(T, 1), torch.zeros(T, d_v),
-            torch.randn(T, S_blk), torch.randn(S_blk, d_v))
+    return (
+        torch.full((T, 1), float("-inf")),
+        torch.zeros(T, 1),
+        torch.zeros(T, d_v),
+        torch.randn(T, S_blk),
+        torch.randn(S_blk, d_v),
+    )
 
 
 @pytest.mark.parametrize(
@@ -187,9 +193,7 @@ def test_peak_memory_counts_the_score_matrix():
     # (T, block) tile: the allocation tracker must see the difference.
     T, d = 512, 16
     q = torch.randn(1, T, d)
-    naive_peak, _ = peak_memory_bytes(
-        lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q
-    )
+    naive_peak, _ = peak_memory_bytes(lambda: torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q)
     assert naive_peak >= 2 * T * T * 4  # scores and weights, float32
     tiled_peak, out = peak_memory_bytes(tiled_attention, q, q, q, block_size=64)
     assert out.shape == (1, T, d)

@@ -22,8 +22,16 @@ VOCAB = 13
 
 def _model(seed: int, norm_first: bool = False, layers: int = 2) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(VOCAB, VOCAB, d_model=32, num_heads=4, num_layers=layers, d_ff=64,
-                       dropout=0.1, norm_first=norm_first).eval()
+    return Transformer(
+        VOCAB,
+        VOCAB,
+        d_model=32,
+        num_heads=4,
+        num_layers=layers,
+        d_ff=64,
+        dropout=0.1,
+        norm_first=norm_first,
+    ).eval()
 
 
 def _padded_sources(seed: int, lengths: list[int]) -> torch.Tensor:
@@ -41,8 +49,7 @@ def test_cached_greedy_equals_uncached(seed, norm_first, device):
     src = _padded_sources(seed, [7, 3, 5, 1]).to(device)  # batch 4, different lengths, padding
     for eos in (EOS_ID, None):
         cached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos)
-        uncached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos,
-                                 use_cache=False)
+        uncached = greedy_decode(model, src, max_len=12, bos_id=BOS_ID, eos_id=eos, use_cache=False)
         assert torch.equal(cached, uncached)
     assert cached.shape == (4, 12)
 
@@ -59,8 +66,10 @@ def test_cached_step_logits_equal_full_decode(seed):
         memory = model.encode(src, src_mask)
         full = model.decode(ys, memory, src_mask=src_mask)  # (3, 10, V)
         cache = KVCache.for_model(model, max_len=10)
-        steps = [model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
-                 for t in range(ys.shape[1])]
+        steps = [
+            model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
+            for t in range(ys.shape[1])
+        ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert cache.length == 10
 
@@ -203,8 +212,7 @@ def test_cache_shape_errors():
     with pytest.raises(ValueError, match="empty"):
         AttentionCache().get()
     model = _model(0, layers=2)
-    with (pytest.raises(ValueError, match="the cache has 3 layers, the decoder 2"),
-          torch.no_grad()):
+    with pytest.raises(ValueError, match="the cache has 3 layers, the decoder 2"), torch.no_grad():
         memory = model.encode(torch.full((1, 3), 4))
         model.decode(torch.full((1, 1), BOS_ID), memory, cache=KVCache(3))
 

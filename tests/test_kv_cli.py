@@ -57,15 +57,30 @@ def test_cli_unknown_model_lists_known_ones(capsys):
 
 
 def test_cli_custom_model(capsys):
-    main(["--layers", "4", "--kv-heads", "2", "--heads", "8", "--head-dim", "32",
-          "--context", "100", "--dtype", "fp32"])
+    main(
+        [
+            "--layers",
+            "4",
+            "--kv-heads",
+            "2",
+            "--heads",
+            "8",
+            "--head-dim",
+            "32",
+            "--context",
+            "100",
+            "--dtype",
+            "fp32",
+        ]
+    )
     out = capsys.readouterr().out
     assert f"{2 * 4 * 2 * 32 * 4:,} bytes" in out and "4x" in out
 
 
 def test_cli_json(capsys):
-    code, out, _ = run_main(capsys, "mistral-7b", "--seq-len", "32768", "--batch-size", "2",
-                            "--json")
+    code, out, _ = run_main(
+        capsys, "mistral-7b", "--seq-len", "32768", "--batch-size", "2", "--json"
+    )
     assert code == 0
     est = json.loads(out)
     assert est["bytes_per_token"] == 131_072
@@ -86,10 +101,21 @@ def test_cli_list(capsys):
 def test_cli_reads_a_hugging_face_config(tmp_path, capsys):
     path = tmp_path / "Qwen2-0.5B" / "config.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({  # Qwen2-0.5B's attention fields
-        "model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14,
-        "num_hidden_layers": 24, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-        "sliding_window": 32768, "use_sliding_window": False, "torch_dtype": "bfloat16"}))
+    path.write_text(
+        json.dumps(
+            {  # Qwen2-0.5B's attention fields
+                "model_type": "qwen2",
+                "hidden_size": 896,
+                "num_attention_heads": 14,
+                "num_hidden_layers": 24,
+                "num_key_value_heads": 2,
+                "max_position_embeddings": 32768,
+                "sliding_window": 32768,
+                "use_sliding_window": False,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
     for model in (path, path.parent):  # the file or its folder
         code, out, _ = run_main(capsys, str(model), "--json")
         assert code == 0
@@ -102,8 +128,9 @@ def test_cli_reads_a_hugging_face_config(tmp_path, capsys):
 
 
 def test_cli_encoder_decoder_counts_the_source(capsys):
-    code, out, _ = run_main(capsys, "transformer-base", "--seq-len", "40", "--src-len", "30",
-                            "--json")
+    code, out, _ = run_main(
+        capsys, "transformer-base", "--seq-len", "40", "--src-len", "30", "--json"
+    )
     est = json.loads(out)
     assert code == 0 and est["src_len"] == 30
     assert est["cross_attention_bytes_per_batch"] == 30 * 12_288
@@ -113,13 +140,17 @@ def test_cli_encoder_decoder_counts_the_source(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--layers", "4", "--kv-heads", "0", "--head-dim", "8"],
-         "argument --kv-heads: must be a positive integer, got 0"),
+        (
+            ["--layers", "4", "--kv-heads", "0", "--head-dim", "8"],
+            "argument --kv-heads: must be a positive integer, got 0",
+        ),
         (["llama-2-7b", "--batch", "-1"], "argument --batch-size/--batch: must be a positive"),
         (["llama-2-7b", "--context", "4k"], "must be a positive integer, got '4k'"),
         (["llama-2-7b", "--dtype", "fp64"], "argument --dtype: invalid choice: 'fp64'"),
-        (["--layers", "4", "--heads", "8", "--kv-heads", "3", "--head-dim", "8"],
-         "--kv-heads 3 must divide --heads 8"),
+        (
+            ["--layers", "4", "--heads", "8", "--kv-heads", "3", "--head-dim", "8"],
+            "--kv-heads 3 must divide --heads 8",
+        ),
         (["--layers", "4", "--head-dim", "8"], "missing: --kv-heads"),
         ([], "give a model name, or all of --layers, --kv-heads, --head-dim"),
         (["llama-2-7b", "--layers", "4"], "give a model or --layers"),
@@ -135,8 +166,20 @@ def test_bad_arguments_are_usage_errors(capsys, argv, message):
 def test_kv_heads_0_in_a_real_run_exits_2_without_a_traceback():
     # it used to die with a ZeroDivisionError traceback
     result = subprocess.run(
-        [sys.executable, "-m", "minitransformer.kv_cli", "--layers", "4", "--kv-heads", "0",
-         "--head-dim", "8"], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "minitransformer.kv_cli",
+            "--layers",
+            "4",
+            "--kv-heads",
+            "0",
+            "--head-dim",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "argument --kv-heads: must be a positive integer, got 0" in result.stderr
 
@@ -153,16 +196,21 @@ def _imported_modules(*argv: str) -> tuple[subprocess.CompletedProcess[str], set
     every module the interpreter imported (importtime writes one line per module to stderr)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "minitransformer.kv_cli", *argv],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     lines = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
     return result, {line.rsplit("|", 1)[1].strip() for line in lines[1:]}  # [0]: the header
 
 
-@pytest.mark.parametrize("argv, printed", [
-    (["--help"], "usage: minitransformer-kv"),
-    (["llama-2-70b", "--json"], '"bytes_per_token": 327680'),
-])
+@pytest.mark.parametrize(
+    "argv, printed",
+    [
+        (["--help"], "usage: minitransformer-kv"),
+        (["llama-2-70b", "--json"], '"bytes_per_token": 327680'),
+    ],
+)
 def test_cli_imports_no_torch(argv, printed):
     result, modules = _imported_modules(*argv)
     assert printed in result.stdout
@@ -173,7 +221,9 @@ def test_cli_imports_no_torch(argv, printed):
 def test_cli_help_runs_as_module():
     result = subprocess.run(
         [sys.executable, "-m", "minitransformer.kv_cli", "--help"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "bytes per element" in result.stdout
     assert "llama-2-7b" in result.stdout
@@ -183,6 +233,7 @@ def test_console_script():
     (script,) = entry_points(group="console_scripts", name="minitransformer-kv")
     assert script.load() is main
     exe = Path(sys.executable).with_name("minitransformer-kv")  # installed beside python
-    result = subprocess.run([str(exe), "gpt2-small", "--json"], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        [str(exe), "gpt2-small", "--json"], capture_output=True, text=True, check=True
+    )
     assert json.loads(result.stdout)["bytes_per_token"] == 36_864

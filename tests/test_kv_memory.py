@@ -82,8 +82,12 @@ def test_the_papers_models_are_encoder_decoders_with_cross_attention():
 
 @settings(max_examples=50, deadline=None)
 @given(
-    layers=st.integers(1, 100), kv_heads=st.integers(1, 64), head_dim=st.integers(1, 256),
-    seq=st.integers(0, 10**5), batch=st.integers(1, 64), bpe=st.sampled_from([1, 2, 4]),
+    layers=st.integers(1, 100),
+    kv_heads=st.integers(1, 64),
+    head_dim=st.integers(1, 256),
+    seq=st.integers(0, 10**5),
+    batch=st.integers(1, 64),
+    bpe=st.sampled_from([1, 2, 4]),
 )
 def test_formula_is_linear_in_every_factor(layers, kv_heads, head_dim, seq, batch, bpe):
     total = kv_cache_bytes(layers, kv_heads, head_dim, seq, batch, bpe)
@@ -94,12 +98,17 @@ def test_formula_is_linear_in_every_factor(layers, kv_heads, head_dim, seq, batc
 
 
 @settings(max_examples=40, deadline=None)
-@given(layers=st.integers(1, 12), windowed=st.integers(1, 12), window=st.integers(1, 64),
-       seq=st.integers(0, 200))
+@given(
+    layers=st.integers(1, 12),
+    windowed=st.integers(1, 12),
+    window=st.integers(1, 64),
+    seq=st.integers(0, 200),
+)
 def test_sliding_window_caps_only_its_layers(layers, windowed, window, seq):
     windowed = min(windowed, layers)
-    cfg = ModelConfig("m", layers, 4, 2, 8, 32, None, "test", sliding_window=window,
-                      num_sliding_layers=windowed)
+    cfg = ModelConfig(
+        "m", layers, 4, 2, 8, 32, None, "test", sliding_window=window, num_sliding_layers=windowed
+    )
     assert cfg.window_layers == windowed
     layer_positions = (layers - windowed) * seq + windowed * min(seq, window)
     assert cfg.cache_bytes(seq) == layer_positions * per_token(1, 2, 8)
@@ -138,8 +147,16 @@ def test_bad_sizes_raise(kwargs, error, match):
     ],
 )
 def test_bad_model_configs_raise(kwargs, match):
-    args = dict(name="m", num_layers=4, num_heads=8, num_kv_heads=2, head_dim=8, d_model=64,
-                max_len=None, source="test")
+    args = dict(
+        name="m",
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=8,
+        d_model=64,
+        max_len=None,
+        source="test",
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         ModelConfig(**args)
@@ -159,39 +176,78 @@ def test_format_bytes():
 
 # meta-llama/Llama-2-70b-hf (the attention fields and a few others as released)
 LLAMA_2_70B = {
-    "_name_or_path": "meta-llama/Llama-2-70b-hf", "architectures": ["LlamaForCausalLM"],
-    "hidden_act": "silu", "hidden_size": 8192, "intermediate_size": 28672,
-    "max_position_embeddings": 4096, "model_type": "llama", "num_attention_heads": 64,
-    "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
-    "rope_scaling": None, "torch_dtype": "float16", "vocab_size": 32000,
+    "_name_or_path": "meta-llama/Llama-2-70b-hf",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "torch_dtype": "float16",
+    "vocab_size": 32000,
 }
 # mistralai/Mistral-7B-v0.1
 MISTRAL_7B = {
-    "architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
-    "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32,
-    "num_hidden_layers": 32, "num_key_value_heads": 8, "rope_theta": 10000.0,
-    "sliding_window": 4096, "torch_dtype": "bfloat16", "vocab_size": 32000,
+    "architectures": ["MistralForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 32000,
 }
 # Qwen2-7B: a sliding window is declared but switched off by use_sliding_window
 QWEN2_7B = {
-    "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
-    "max_position_embeddings": 131072, "max_window_layers": 28, "model_type": "qwen2",
-    "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
-    "sliding_window": 131072, "use_sliding_window": False, "torch_dtype": "bfloat16",
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "sliding_window": 131072,
+    "use_sliding_window": False,
+    "torch_dtype": "bfloat16",
     "vocab_size": 152064,
 }
 # openai-community/gpt2: no torch_dtype, no num_key_value_heads
 GPT2 = {
-    "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-    "n_ctx": 1024, "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
     "vocab_size": 50257,
 }
 # google-t5/t5-small: an encoder-decoder; head size d_kv; n_positions 512, the length it was
 # trained with (flan-t5's configs have no n_positions)
 T5_SMALL = {
-    "architectures": ["T5WithLMHeadModel"], "d_ff": 2048, "d_kv": 64, "d_model": 512,
-    "is_encoder_decoder": True, "model_type": "t5", "n_positions": 512, "num_heads": 8,
-    "num_layers": 6, "relative_attention_num_buckets": 32, "vocab_size": 32128,
+    "architectures": ["T5WithLMHeadModel"],
+    "d_ff": 2048,
+    "d_kv": 64,
+    "d_model": 512,
+    "is_encoder_decoder": True,
+    "model_type": "t5",
+    "n_positions": 512,
+    "num_heads": 8,
+    "num_layers": 6,
+    "relative_attention_num_buckets": 32,
+    "vocab_size": 32128,
 }
 
 
@@ -232,7 +288,8 @@ def test_qwen2_config_ignores_a_switched_off_window(tmp_path):
 def test_qwen2_config_with_the_window_on_caps_the_layers_after_max_window_layers():
     # Qwen2 uses the window in layers max_window_layers..num_hidden_layers-1 (8 of 28 here)
     cfg = ModelConfig.from_hf_config(
-        QWEN2_7B | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20})
+        QWEN2_7B | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20}
+    )
     assert cfg.sliding_window == 4096 and cfg.window_layers == 8
     assert cfg.cache_bytes(10_000) == (20 * 10_000 + 8 * 4096) * per_token(1, 4, 128)
     text = report(cfg, 10_000)
@@ -240,8 +297,11 @@ def test_qwen2_config_with_the_window_on_caps_the_layers_after_max_window_layers
 
 
 def test_layer_types_say_which_layers_use_the_window():
-    fields = MISTRAL_7B | {"num_hidden_layers": 4, "sliding_window": 10,
-                           "layer_types": ["sliding_attention", "full_attention"] * 2}
+    fields = MISTRAL_7B | {
+        "num_hidden_layers": 4,
+        "sliding_window": 10,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    }
     cfg = ModelConfig.from_hf_config(fields)
     assert cfg.window_layers == 2
     assert cfg.cache_bytes(100) == (2 * 100 + 2 * 10) * per_token(1, 8, 128)
@@ -268,9 +328,17 @@ def test_t5_config_counts_decoder_self_attention_and_cross_attention(tmp_path):
 def test_t5_uses_num_decoder_layers_and_d_kv():
     # T5 1.1 / flan-t5 name the decoder's depth; t5-11b has d_kv 128 with d_model 1024 and
     # 128 heads, so the head size is not d_model / heads
-    cfg = ModelConfig.from_hf_config(T5_SMALL | {"num_layers": 24, "num_decoder_layers": 6,
-                                                 "d_model": 1024, "d_kv": 128, "num_heads": 128,
-                                                 "n_positions": None})
+    cfg = ModelConfig.from_hf_config(
+        T5_SMALL
+        | {
+            "num_layers": 24,
+            "num_decoder_layers": 6,
+            "d_model": 1024,
+            "d_kv": 128,
+            "num_heads": 128,
+            "n_positions": None,
+        }
+    )
     assert (cfg.num_layers, cfg.head_dim, cfg.d_model) == (6, 128, 1024)
     assert cfg.max_len is None
     assert cfg.bytes_per_token(2) == per_token(6, 128, 128)
@@ -281,8 +349,11 @@ def test_multi_query_configs_have_one_kv_head():
     cfg = ModelConfig.from_hf_config(GPT2 | {"multi_query": True, "model_type": "gpt_bigcode"})
     assert cfg.num_kv_heads == 1 and cfg.attention == "MQA"
     assert cfg.bytes_per_token(2) == per_token(12, 1, 64)
-    falcon_40b_like = MISTRAL_7B | {"num_key_value_heads": None, "num_kv_heads": 8,
-                                    "multi_query": True}
+    falcon_40b_like = MISTRAL_7B | {
+        "num_key_value_heads": None,
+        "num_kv_heads": 8,
+        "multi_query": True,
+    }
     assert ModelConfig.from_hf_config(falcon_40b_like).num_kv_heads == 8
 
 
@@ -292,13 +363,24 @@ def test_hf_head_dim_field_wins_over_hidden_size():
 
 
 @settings(max_examples=30, deadline=None)
-@given(layers=st.integers(1, 96), kv_heads=st.integers(1, 16), group=st.integers(1, 8),
-       head_dim=st.sampled_from([32, 64, 80, 128]), dtype=st.sampled_from(["float16", "float32"]))
+@given(
+    layers=st.integers(1, 96),
+    kv_heads=st.integers(1, 16),
+    group=st.integers(1, 8),
+    head_dim=st.sampled_from([32, 64, 80, 128]),
+    dtype=st.sampled_from(["float16", "float32"]),
+)
 def test_any_llama_style_config_gives_the_formula(layers, kv_heads, group, head_dim, dtype):
     heads = kv_heads * group
-    cfg = ModelConfig.from_hf_config({
-        "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "hidden_size": heads * head_dim, "torch_dtype": dtype})
+    cfg = ModelConfig.from_hf_config(
+        {
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "hidden_size": heads * head_dim,
+            "torch_dtype": dtype,
+        }
+    )
     bpe = DTYPE_BYTES[dtype]
     assert cfg.head_dim == head_dim and cfg.dtype == dtype
     assert cfg.bytes_per_token(bpe) == per_token(layers, kv_heads, head_dim, bpe)
@@ -308,8 +390,11 @@ def test_any_llama_style_config_gives_the_formula(layers, kv_heads, group, head_
 @pytest.mark.parametrize(
     "change, match",
     [
-        (dict(num_hidden_layers=None), r"no number of layers: expected one of the fields "
-                                       r"num_decoder_layers, num_hidden_layers, n_layer"),
+        (
+            dict(num_hidden_layers=None),
+            r"no number of layers: expected one of the fields "
+            r"num_decoder_layers, num_hidden_layers, n_layer",
+        ),
         (dict(num_attention_heads=None), "no number of attention heads: .*num_attention_heads"),
         (dict(hidden_size=None), "no head dimension or hidden size: .*head_dim, d_kv, hidden_size"),
         (dict(hidden_size=4001), "hidden size 4001 is not divisible by the 32 attention heads"),
@@ -342,6 +427,7 @@ def test_hf_config_that_is_not_a_json_object(tmp_path):
 # --------------------------------------------------------------------------------------------
 # estimate (the --json output) and report (the table)
 # --------------------------------------------------------------------------------------------
+
 
 def test_estimate_is_json_and_matches_the_methods():
     cfg = MODEL_CONFIGS["llama-2-70b"]

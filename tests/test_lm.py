@@ -34,8 +34,9 @@ V, D, H, N_LAYERS, D_FF, MAX_LEN = 50, 16, 2, 2, 32, 40
 
 def small_model(seed: int = 0, **kwargs) -> DecoderOnlyTransformer:
     torch.manual_seed(seed)
-    options = dict(d_model=D, num_heads=H, num_layers=N_LAYERS, d_ff=D_FF, max_len=MAX_LEN,
-                   dropout=0.0)
+    options = dict(
+        d_model=D, num_heads=H, num_layers=N_LAYERS, d_ff=D_FF, max_len=MAX_LEN, dropout=0.0
+    )
     return DecoderOnlyTransformer(V, **{**options, **kwargs}).eval()
 
 
@@ -52,9 +53,13 @@ def test_logits_match_a_torch_encoder_stack_with_a_causal_mask(norm_first):
     model must equal: embedding * sqrt(d) + sinusoids -> nn.TransformerEncoder -> E^T."""
     torch.manual_seed(1)
     reference = nn.TransformerEncoder(
-        nn.TransformerEncoderLayer(D, H, D_FF, dropout=0.0, batch_first=True,
-                                   norm_first=norm_first),
-        N_LAYERS, norm=nn.LayerNorm(D) if norm_first else None, enable_nested_tensor=False).eval()
+        nn.TransformerEncoderLayer(
+            D, H, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
+        ),
+        N_LAYERS,
+        norm=nn.LayerNorm(D) if norm_first else None,
+        enable_nested_tensor=False,
+    ).eval()
     model = small_model(norm_first=norm_first)
     for ours, theirs in zip(model.decoder.layers, reference.layers, strict=True):
         copy = EncoderLayer.from_torch(theirs)  # the package's own torch import, tested there
@@ -122,8 +127,9 @@ def test_lm_loss_is_the_shifted_cross_entropy():
         assert torch.allclose(lm_loss(model, tokens), manual)
         padded = tokens.clone()
         padded[:, 6:] = 0
-        kept = F.cross_entropy(model(padded[:, :-1])[:, :5].reshape(-1, V),
-                               padded[:, 1:6].reshape(-1))
+        kept = F.cross_entropy(
+            model(padded[:, :-1])[:, :5].reshape(-1, V), padded[:, 1:6].reshape(-1)
+        )
         assert torch.allclose(lm_loss(model, padded, pad_id=0), kept)
 
 
@@ -140,7 +146,8 @@ def test_evaluate_lm_predicts_every_token_but_the_first_once(seq_len):
             count += len(window) - 1
     assert count == 22
     assert evaluate_lm(model, stream, seq_len=seq_len, batch_size=2) == pytest.approx(
-        expected / count, rel=1e-5)
+        expected / count, rel=1e-5
+    )
 
 
 # -- training -------------------------------------------------------------------------------
@@ -152,9 +159,18 @@ def test_train_lm_learns_a_periodic_stream_reproducibly():
     def run(steps, **kwargs):
         model = small_model(seed=3, dropout=0.1)
         torch.manual_seed(3)  # dropout
-        history = train_lm(model, stream, steps=steps, seq_len=12, batch_size=8, lr=1e-2,
-                           warmup_steps=5, generator=torch.Generator().manual_seed(0),
-                           progress=False, **kwargs)
+        history = train_lm(
+            model,
+            stream,
+            steps=steps,
+            seq_len=12,
+            batch_size=8,
+            lr=1e-2,
+            warmup_steps=5,
+            generator=torch.Generator().manual_seed(0),
+            progress=False,
+            **kwargs,
+        )
         return model, history.loss
 
     assert run(8)[1] == run(8)[1]  # same seeds, same losses
@@ -175,9 +191,18 @@ def test_train_lm_is_the_course_loop_with_the_lm_loss_and_its_evaluations():
         return evaluate_lm(model, stream[:50], seq_len=12)
 
     model = small_model(seed=3)
-    history = train_lm(model, stream, steps=25, seq_len=12, batch_size=4, warmup_steps=5,
-                       generator=torch.Generator().manual_seed(0), eval_fn=held_out,
-                       eval_every=10, progress=False)
+    history = train_lm(
+        model,
+        stream,
+        steps=25,
+        seq_len=12,
+        batch_size=4,
+        warmup_steps=5,
+        generator=torch.Generator().manual_seed(0),
+        eval_fn=held_out,
+        eval_every=10,
+        progress=False,
+    )
     assert history.eval_steps == [10, 20, 25] and modes == [False] * 3
     assert history.eval_metric[-1] == evaluate_lm(model, stream[:50], seq_len=12)
     assert len(history.loss) == len(history.lr) == 25
@@ -215,18 +240,29 @@ def test_next_token_probs_temperature_and_top_k():
     assert cold[0, 0] > 0.999  # temperature -> 0: the argmax
 
 
-@pytest.mark.parametrize("options", [
-    dict(temperature=0.0),
-    dict(temperature=1.0),
-    dict(temperature=0.7, top_k=5),
-    dict(temperature=1.5, top_k=20, eos_id=3),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(temperature=0.0),
+        dict(temperature=1.0),
+        dict(temperature=0.7, top_k=5),
+        dict(temperature=1.5, top_k=20, eos_id=3),
+    ],
+)
 def test_cached_and_uncached_generation_give_identical_tokens(options):
     model = small_model()
     prompt = random_tokens(3, 4)
-    outputs = [generate(model, prompt, 30, use_cache=use_cache,
-                        generator=torch.Generator().manual_seed(7), **options)
-               for use_cache in (True, False)]
+    outputs = [
+        generate(
+            model,
+            prompt,
+            30,
+            use_cache=use_cache,
+            generator=torch.Generator().manual_seed(7),
+            **options,
+        )
+        for use_cache in (True, False)
+    ]
     assert torch.equal(outputs[0], outputs[1])
     assert torch.equal(outputs[0][:, :4], prompt)
     assert outputs[0].dtype == torch.long and not outputs[0].is_inference()
@@ -239,8 +275,9 @@ def test_greedy_is_the_argmax_of_the_logits():
     with torch.no_grad():
         for t in range(3, 9):
             assert torch.equal(out[:, t], model(out[:, :t])[:, -1].argmax(-1))
-    top1 = generate(model, prompt, 6, temperature=1.3, top_k=1,
-                    generator=torch.Generator().manual_seed(0))
+    top1 = generate(
+        model, prompt, 6, temperature=1.3, top_k=1, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(top1, out)  # top-1 sampling is greedy
 
 
@@ -284,9 +321,12 @@ def test_kv_cache_bytes_after_generation_follow_the_formula():
 def test_generation_on_the_test_device(device):
     model = small_model().to(device)
     prompt = random_tokens(2, 3).to(device)
-    outputs = [generate(model, prompt, 8, use_cache=use_cache,
-                        generator=torch.Generator(device).manual_seed(0))
-               for use_cache in (True, False)]
+    outputs = [
+        generate(
+            model, prompt, 8, use_cache=use_cache, generator=torch.Generator(device).manual_seed(0)
+        )
+        for use_cache in (True, False)
+    ]
     assert outputs[0].device.type == device.type
     assert torch.equal(outputs[0], outputs[1])
 
@@ -303,8 +343,10 @@ def test_bigram_counts_and_smoothing():
         for b in range(3):
             assert math.exp(table[a, b]) == pytest.approx((pairs[(a, b)] + 0.5) / (row + 1.5))
     assert torch.allclose(table.exp().sum(1), torch.ones(3, dtype=torch.float64))
-    expected = -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist(),
-                                                strict=True)) / 8
+    expected = (
+        -sum(table[a, b] for a, b in zip(stream[:-1].tolist(), stream[1:].tolist(), strict=True))
+        / 8
+    )
     assert bigram_loss(table, stream) == pytest.approx(float(expected))
 
 
@@ -339,14 +381,17 @@ def test_encode_corpus_ends_every_document():
 # -- bad input ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(vocab_size=0), ValueError, "vocab_size must be positive"),
-    (dict(d_model=0), ValueError, "d_model must be positive"),
-    (dict(num_layers=2.5), TypeError, "num_layers must be an int"),
-    (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
-    (dict(max_len=-1), ValueError, "max_len must be positive"),
-    (dict(d_model=15), ValueError, "d_model"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(vocab_size=0), ValueError, "vocab_size must be positive"),
+        (dict(d_model=0), ValueError, "d_model must be positive"),
+        (dict(num_layers=2.5), TypeError, "num_layers must be an int"),
+        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
+        (dict(max_len=-1), ValueError, "max_len must be positive"),
+        (dict(d_model=15), ValueError, "d_model"),
+    ],
+)
 def test_bad_model_arguments(kwargs, error, match):
     options = dict(vocab_size=V, d_model=D, num_heads=H, num_layers=1, d_ff=D_FF, max_len=8)
     options.update(kwargs)

@@ -83,8 +83,9 @@ def test_cross_attention_matches_torch_with_t_different_from_s(device):
     reference, ours = reference.to(device), ours.to(device)
     query, memory = (t.to(device) for t in inputs(2, 5, 9, 32))
     mask = padding_mask(torch.tensor([9, 4]), 9).to(device)
-    weights = compare_with_torch(ours, reference, query, memory, memory, mask,
-                                 {"key_padding_mask": ~mask[:, 0, 0]})
+    weights = compare_with_torch(
+        ours, reference, query, memory, memory, mask, {"key_padding_mask": ~mask[:, 0, 0]}
+    )
     assert weights.shape == (2, 4, 5, 9)
 
 
@@ -122,7 +123,12 @@ def test_causal_and_padding_masks_combined_match_torch():
     lengths = torch.tensor([6, 4])
     ours_mask = causal_mask(6) & padding_mask(lengths, 6)  # (B, 1, T, T)
     compare_with_torch(
-        ours, reference, x, x, x, ours_mask,
+        ours,
+        reference,
+        x,
+        x,
+        x,
+        ours_mask,
         {"attn_mask": ~causal_mask(6), "key_padding_mask": ~padding_mask(lengths, 6)[:, 0, 0]},
     )
 

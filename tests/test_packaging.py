@@ -29,8 +29,9 @@ def test_the_package_says_it_is_typed():
 
 def test_importing_the_package_imports_no_torch():
     code = "import sys, minitransformer; print('torch' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "False"
 
 
@@ -39,8 +40,9 @@ def test_make_help_lists_every_target():
     makefile = (ROOT / "Makefile").read_text()
     rules = set(re.findall(r"^([a-z][a-z-]*):(?!=)", makefile, re.M))
     (phony,) = re.findall(r"^\.PHONY:(.*)$", makefile, re.M)
-    result = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
-                            check=True)
+    result = subprocess.run(
+        ["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     lines = result.stdout.splitlines()
     listed = [line.split()[1] for line in lines]
     assert all(line.startswith("make ") and len(line.split()) > 2 for line in lines)  # described

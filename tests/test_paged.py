@@ -71,7 +71,8 @@ def test_attention_over_gathered_equals_contiguous():
         torch.testing.assert_close(
             F.scaled_dot_product_attention(q, paged_k, paged_v),
             F.scaled_dot_product_attention(q, contiguous_k, contiguous_v),
-            atol=0, rtol=0,
+            atol=0,
+            rtol=0,
         )
 
 

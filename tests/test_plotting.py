@@ -56,17 +56,21 @@ def test_mask_heatmap_shows_true_as_one() -> None:
 
 def test_line_plot_and_theory_vs_measurement() -> None:
     fig, (ax1, ax2) = plotting.figure(ncols=2)
-    lines = plotting.line_plot(ax1, [1, 2, 4], {"a": [1.0, 2.0, 3.0],
-                                                "b": {"y": torch.tensor([3.0, 2.0, 1.0]),
-                                                      "linestyle": "--"}}, logx=True)
+    lines = plotting.line_plot(
+        ax1,
+        [1, 2, 4],
+        {"a": [1.0, 2.0, 3.0], "b": {"y": torch.tensor([3.0, 2.0, 1.0]), "linestyle": "--"}},
+        logx=True,
+    )
     assert [line.get_label() for line in lines] == ["a", "b"]
     np.testing.assert_array_equal(lines[1].get_ydata(), [3.0, 2.0, 1.0])
     assert lines[1].get_linestyle() == "--"
     with pytest.raises(ValueError, match=r"series 'c' has shape \(2,\), x has shape \(3,\)"):
         plotting.line_plot(ax1, [1, 2, 3], {"c": [1, 2]})
 
-    measured, theory = plotting.theory_vs_measurement(ax2, [1, 2, 4], [1.1, 1.9, 4.2],
-                                                      lambda d: d, logx=True, logy=True)
+    measured, theory = plotting.theory_vs_measurement(
+        ax2, [1, 2, 4], [1.1, 1.9, 4.2], lambda d: d, logx=True, logy=True
+    )
     np.testing.assert_allclose(measured.get_ydata(), [1.1, 1.9, 4.2])
     np.testing.assert_allclose(theory.get_ydata(), theory.get_xdata())  # theory(x) = x
     _, th = plotting.theory_vs_measurement(ax2, [1, 2], [1, 2], [1, 2], spread=[0.1, 0.1])
@@ -101,8 +105,9 @@ def test_figure_changes_no_global_setting() -> None:
 def test_attention_heatmaps_wrap_into_rows_and_keep_labels_readable() -> None:
     w = torch.softmax(torch.randn(7, 5, 6), -1)
     labels = list("abcdef")
-    fig, axes = plotting.attention_heatmaps(w, xlabels=labels, ylabels=list("vwxyz"),
-                                            xlabel="key", ylabel="query")
+    fig, axes = plotting.attention_heatmaps(
+        w, xlabels=labels, ylabels=list("vwxyz"), xlabel="key", ylabel="query"
+    )
     assert len(axes) == 7 and len(fig.axes) == 7 + 1  # 7 maps and one colour bar
     assert fig.get_size_inches()[0] <= plotting.MAX_WIDTH
     rows = sorted({round(ax.get_position().y0, 3) for ax in axes})
@@ -124,8 +129,9 @@ def test_attention_heatmaps_wrap_into_rows_and_keep_labels_readable() -> None:
 def test_line_plot_with_own_x_limits_and_legend_place() -> None:
     fig, ax = plotting.figure()
     series = {"all": [1, 2, 3], "_hidden": {"x": [1, 3], "y": [0, 5], "marker": "."}}
-    lines = plotting.line_plot(ax, [1, 2, 3], series,
-                               ylim=(0, None), legend="lower left", title="t", xlabel="x")
+    lines = plotting.line_plot(
+        ax, [1, 2, 3], series, ylim=(0, None), legend="lower left", title="t", xlabel="x"
+    )
     np.testing.assert_array_equal(lines[1].get_xdata(), [1, 3])
     assert ax.get_ylim()[0] == 0 and ax.get_title() == "t" and ax.get_xlabel() == "x"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["all"]
@@ -149,8 +155,13 @@ def test_reference_line_bar_scatter_seeds_annotate() -> None:
     with pytest.raises(ValueError, match="finite"):
         plotting.reference_line(ax1, y=float("nan"))
 
-    bars = plotting.bar_plot(ax2, range(3), {"one-hot": [0, 1, 0], "smoothed": [0.1, 0.8, 0.1]},
-                             xlabel="token", ylabel="p")
+    bars = plotting.bar_plot(
+        ax2,
+        range(3),
+        {"one-hot": [0, 1, 0], "smoothed": [0.1, 0.8, 0.1]},
+        xlabel="token",
+        ylabel="p",
+    )
     assert [b.get_height() for b in bars[1]] == pytest.approx([0.1, 0.8, 0.1])
     assert bars[0][0].get_x() < bars[1][0].get_x()  # side by side
     assert [t.get_text() for t in ax2.get_xticklabels()] == ["0", "1", "2"]
@@ -180,12 +191,17 @@ def test_reference_line_bar_scatter_seeds_annotate() -> None:
 def test_history_plot_draws_a_train_history() -> None:
     from minitransformer.training import TrainHistory
 
-    history = TrainHistory(loss=[3.0, 2.0, 1.0, 1.0], lr=[0.1] * 4, eval_steps=[2, 4],
-                           eval_loss=[2.5, 1.2])
+    history = TrainHistory(
+        loss=[3.0, 2.0, 1.0, 1.0], lr=[0.1] * 4, eval_steps=[2, 4], eval_loss=[2.5, 1.2]
+    )
     fig, ax = plotting.figure()
     lines = plotting.history_plot(ax, history, window=2, floor=0.5)
-    assert [ln.get_label() for ln in lines] == ["training batch", "training (mean of 2)",
-                                                 "held-out", "floor"]
+    assert [ln.get_label() for ln in lines] == [
+        "training batch",
+        "training (mean of 2)",
+        "held-out",
+        "floor",
+    ]
     np.testing.assert_allclose(lines[1].get_ydata(), [3.0, 2.5, 1.5, 1.0])
     np.testing.assert_array_equal(lines[2].get_xdata(), [2, 4])
     assert ax.get_xlabel() == "update" and ax.get_legend() is not None

@@ -51,8 +51,9 @@ def test_first_row_and_first_pair() -> None:
 def test_default_dtype_and_float32_agrees_with_float64() -> None:
     pe32 = sinusoidal_encoding(100, 32)
     assert pe32.dtype == torch.get_default_dtype()
-    torch.testing.assert_close(pe32.double(), sinusoidal_encoding(100, 32, dtype=torch.float64),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        pe32.double(), sinusoidal_encoding(100, 32, dtype=torch.float64), atol=1e-6, rtol=0
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -73,8 +74,9 @@ def test_wavelengths_run_from_2pi_towards_10000_2pi(d_model: int) -> None:
     assert lam[0].item() == pytest.approx(2 * math.pi, rel=1e-12)
     ratio = 10000 ** (2 / d_model)
     # A geometric progression with ratio 10000^(2/d_model) ...
-    torch.testing.assert_close(lam[1:] / lam[:-1],
-                               torch.full((d_model // 2 - 1,), ratio, dtype=torch.float64))
+    torch.testing.assert_close(
+        lam[1:] / lam[:-1], torch.full((d_model // 2 - 1,), ratio, dtype=torch.float64)
+    )
     # ... whose last term is 2 pi * 10000^(1 - 2/d_model) and whose next term is 10000 * 2 pi.
     assert lam[-1].item() == pytest.approx(2 * math.pi * 10000 ** (1 - 2 / d_model), rel=1e-12)
     assert (lam[-1] * ratio).item() == pytest.approx(10000 * 2 * math.pi, rel=1e-12)
@@ -125,8 +127,9 @@ def test_shift_matrix_is_block_diagonal_with_2x2_rotations() -> None:
     omega = angular_frequencies(d)
     for i in range(d // 2):
         a = k * omega[i].item()
-        block = torch.tensor([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]],
-                             dtype=torch.float64)
+        block = torch.tensor(
+            [[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]], dtype=torch.float64
+        )
         torch.testing.assert_close(M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], block)
     mask = torch.block_diag(*[torch.ones(2, 2)] * (d // 2)).bool()
     assert bool((M[~mask] == 0).all())
@@ -252,10 +255,16 @@ def test_attention_is_permutation_equivariant_until_positions_are_added(seed: in
 
 # ---------------------------------------------------------------- RoPE
 @settings(max_examples=40, deadline=None)
-@given(m=st.integers(0, 3000), n=st.integers(0, 3000), shift=st.integers(0, 3000), d=even_d,
-       seed=st.integers(0, 2**16))
-def test_rope_score_depends_only_on_the_relative_position(m: int, n: int, shift: int, d: int,
-                                                          seed: int) -> None:
+@given(
+    m=st.integers(0, 3000),
+    n=st.integers(0, 3000),
+    shift=st.integers(0, 3000),
+    d=even_d,
+    seed=st.integers(0, 2**16),
+)
+def test_rope_score_depends_only_on_the_relative_position(
+    m: int, n: int, shift: int, d: int, seed: int
+) -> None:
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(1, d, generator=gen, dtype=torch.float64)
     k = torch.randn(1, d, generator=gen, dtype=torch.float64)
@@ -345,16 +354,18 @@ def test_rope_angles_are_float64_for_float32_inputs() -> None:
     x = torch.randn(1, 2, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     positions = torch.tensor([99_999, 100_000])
     want = rotary_embedding(x, positions)  # float64 throughout
-    torch.testing.assert_close(rotary_embedding(x.float(), positions).double(), want,
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        rotary_embedding(x.float(), positions).double(), want, atol=1e-6, rtol=0
+    )
 
 
 def test_rope_follows_the_input_device_and_dtype(device) -> None:
     x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(1))
     got = rotary_embedding(x.to(device), torch.arange(7, 12, device=device))
     assert got.device == x.to(device).device and got.dtype == x.dtype
-    torch.testing.assert_close(got.cpu(), rotary_embedding(x, torch.arange(7, 12)),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        got.cpu(), rotary_embedding(x, torch.arange(7, 12)), atol=1e-6, rtol=0
+    )
     pe = sinusoidal_encoding(6, 8, device=device)
     assert pe.device == got.device
     torch.testing.assert_close(pe.cpu(), sinusoidal_encoding(6, 8))

@@ -60,12 +60,20 @@ def test_bad_input():
     [
         (([1.0, 2.0],), {}, TypeError, "x must be a torch.Tensor"),
         ((torch.tensor(1.0),), {}, ValueError, "x must have at least one dimension"),
-        ((torch.zeros(2, 3),), {"dim": 2}, ValueError,
-         r"dim must be in \[-2, 2\).*\(2, 3\), got 2"),
+        (
+            (torch.zeros(2, 3),),
+            {"dim": 2},
+            ValueError,
+            r"dim must be in \[-2, 2\).*\(2, 3\), got 2",
+        ),
         ((torch.zeros(2, 3),), {"dim": -3}, ValueError, "dim must be in"),
         ((torch.zeros(2, 3),), {"dim": 1.0}, TypeError, "dim must be an int"),
-        ((torch.zeros(2, 3),), {"scale_dtype": torch.int8}, TypeError,
-         "scale_dtype must be a floating-point"),
+        (
+            (torch.zeros(2, 3),),
+            {"scale_dtype": torch.int8},
+            TypeError,
+            "scale_dtype must be a floating-point",
+        ),
         ((torch.tensor([1.0, float("nan")]),), {}, ValueError, "x must be finite"),
     ],
 )
@@ -120,8 +128,16 @@ from minitransformer.quantize import Int8AttentionCache, int8_kv_cache_bytes  # 
 
 def _model(seed=0, layers=2, heads=4, d_model=64):
     torch.manual_seed(seed)
-    return Transformer(20, 20, d_model=d_model, num_heads=heads, num_layers=layers, d_ff=128,
-                       dropout=0.0, max_len=64).eval()
+    return Transformer(
+        20,
+        20,
+        d_model=d_model,
+        num_heads=heads,
+        num_layers=layers,
+        d_ff=128,
+        dropout=0.0,
+        max_len=64,
+    ).eval()
 
 
 def test_int8_cache_returns_what_was_appended_within_half_a_step():
@@ -132,8 +148,10 @@ def test_int8_cache_returns_what_was_appended_within_half_a_step():
         got_k, got_v = cache.update(k, v)
         want_k, want_v = reference.update(k, v)
     assert cache.keys.dtype == torch.int8 and got_k.dtype == torch.float32
-    for got, want, scales in ((got_k, want_k, cache.key_scales),
-                              (got_v, want_v, cache.value_scales)):
+    for got, want, scales in (
+        (got_k, want_k, cache.key_scales),
+        (got_v, want_v, cache.value_scales),
+    ):
         step = scales[:, :, : cache.length].float()
         assert ((got - want).abs() <= step / 2 + 1e-6).all()
 
@@ -154,8 +172,9 @@ def test_int8_cache_memory_is_exactly_one_byte_per_element_plus_the_scales():
     with torch.no_grad():
         for t in range(steps):
             model.decode(torch.full((B, 1), 1 + t % 5), memory, cache=fp32)
-    assert fp32.self_attn_nbytes == kv_cache_bytes(layers, heads, head_dim, steps, B,
-                                                   bytes_per_element=4)
+    assert fp32.self_attn_nbytes == kv_cache_bytes(
+        layers, heads, head_dim, steps, B, bytes_per_element=4
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -176,6 +195,7 @@ def test_int8_cache_in_beam_search():
     model = _model(1)
     src = torch.randint(3, 20, (3, 9), generator=torch.Generator().manual_seed(1))
     full = beam_search(model, src, 12, bos_id=1, eos_id=2, beam_size=3)
-    int8 = beam_search(model, src, 12, bos_id=1, eos_id=2, beam_size=3,
-                       cache_cls=Int8AttentionCache)
+    int8 = beam_search(
+        model, src, 12, bos_id=1, eos_id=2, beam_size=3, cache_cls=Int8AttentionCache
+    )
     assert torch.equal(full, int8)  # as above: seeded cases without near-ties

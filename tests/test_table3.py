@@ -32,8 +32,16 @@ PINNED = {
 
 # Vaswani et al. (2017), Table 3, "params x 10^6" (rows (A) list none: they equal the base).
 PAPER_MILLIONS = {
-    "base": 65, "(B) d_k=16": 58, "(B) d_k=32": 60, "(C) N=2": 36, "(C) N=4": 50, "(C) N=8": 80,
-    "(C) d_model=256": 28, "(C) d_model=1024": 168, "(C) d_ff=1024": 53, "(C) d_ff=4096": 90,
+    "base": 65,
+    "(B) d_k=16": 58,
+    "(B) d_k=32": 60,
+    "(C) N=2": 36,
+    "(C) N=4": 50,
+    "(C) N=8": 80,
+    "(C) d_model=256": 28,
+    "(C) d_model=1024": 168,
+    "(C) d_ff=1024": 53,
+    "(C) d_ff=4096": 90,
     "big": 213,
 }
 

@@ -28,8 +28,11 @@ CORPUS = [topics[name] for name in sorted(topics)]  # 79 documents, about 465,00
 
 def gpt2_bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character map (openai/gpt-2, src/encoder.py), as HF uses it."""
-    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-          *range(ord("®"), ord("ÿ") + 1)]
+    bs = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     cs = bs[:]
     for b in range(256):
         if b not in bs:
@@ -59,8 +62,12 @@ def hf_train(texts, vocab_size, special_tokens=SPECIALS, min_frequency=2):
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(special_tokens),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     hf.train_from_iterator(texts, trainer)
     return hf
 
@@ -68,10 +75,14 @@ def hf_train(texts, vocab_size, special_tokens=SPECIALS, min_frequency=2):
 def hf_vocab_and_merges(hf, num_special):
     """HF's vocabulary as ``id -> bytes`` and its merges as id pairs, in our terms."""
     model = json.loads(hf.to_str())["model"]
-    vocab = {i: token.encode() if i < num_special else bytes(CHAR_TO_BYTE[c] for c in token)
-             for token, i in model["vocab"].items()}
-    merges = [tuple(model["vocab"][t] for t in (m.split(" ") if isinstance(m, str) else m))
-              for m in model["merges"]]
+    vocab = {
+        i: token.encode() if i < num_special else bytes(CHAR_TO_BYTE[c] for c in token)
+        for token, i in model["vocab"].items()
+    }
+    merges = [
+        tuple(model["vocab"][t] for t in (m.split(" ") if isinstance(m, str) else m))
+        for m in model["merges"]
+    ]
     return [vocab[i] for i in range(len(vocab))], merges
 
 
@@ -89,10 +100,16 @@ def test_byte_order_is_gpt2s_printable_character_order():
 
 @pytest.mark.parametrize("vocab_size, min_frequency", [(1024, 2), (4096, 2), (8000, 5)])
 def test_same_vocabulary_merges_and_ids_as_hugging_face(vocab_size, min_frequency, tok, hf_1024):
-    hf = hf_1024 if (vocab_size, min_frequency) == (1024, 2) else hf_train(
-        CORPUS, vocab_size, min_frequency=min_frequency)
-    ours = tok if hf is hf_1024 else BPETokenizer.train(CORPUS, vocab_size,
-                                                         min_frequency=min_frequency)
+    hf = (
+        hf_1024
+        if (vocab_size, min_frequency) == (1024, 2)
+        else hf_train(CORPUS, vocab_size, min_frequency=min_frequency)
+    )
+    ours = (
+        tok
+        if hf is hf_1024
+        else BPETokenizer.train(CORPUS, vocab_size, min_frequency=min_frequency)
+    )
     vocab, merges = hf_vocab_and_merges(hf, len(SPECIALS))
     assert ours.vocab == vocab
     assert ours.merges == merges
@@ -115,8 +132,9 @@ def test_special_tokens_and_their_ids_match_hugging_face(tok, hf_1024):
 
 def _no_known_difference(text: str) -> bool:
     """Exclude the characters where our pattern knowingly differs from GPT-2's (see below)."""
-    return not any(unicodedata.category(c) in ("No", "Nl", "Cn") or "\x1c" <= c <= "\x1f"
-                   for c in text)
+    return not any(
+        unicodedata.category(c) in ("No", "Nl", "Cn") or "\x1c" <= c <= "\x1f" for c in text
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -125,24 +143,40 @@ def test_encoding_of_arbitrary_text_matches_hugging_face(tok, hf_1024, text):
     assert tok.encode(text) == hf_1024.encode(text).ids
 
 
-@pytest.mark.parametrize("text, ours, gpt2", [
-    # numerals that are not decimal digits: letters for Python's [^\W\d_], numbers for \p{N}
-    ("x²", ["x²"], ["x", "²"]),
-    ("½ cup", ["½", " cup"], ["½", " cup"]),
-    ("Ⅻb", ["Ⅻb"], ["Ⅻ", "b"]),
-    # \x1c-\x1f: whitespace for Python's \s, not Unicode White_Space
-    (".\x1c.", [".", "\x1c", "."], [".\x1c."]),
-])
+@pytest.mark.parametrize(
+    "text, ours, gpt2",
+    [
+        # numerals that are not decimal digits: letters for Python's [^\W\d_], numbers for \p{N}
+        ("x²", ["x²"], ["x", "²"]),
+        ("½ cup", ["½", " cup"], ["½", " cup"]),
+        ("Ⅻb", ["Ⅻb"], ["Ⅻ", "b"]),
+        # \x1c-\x1f: whitespace for Python's \s, not Unicode White_Space
+        (".\x1c.", [".", "\x1c", "."], [".\x1c."]),
+    ],
+)
 def test_pretokenization_differences_from_gpt2_are_pinned(text, ours, gpt2, hf_1024):
     assert pretokenize(text) == ours
-    hf_chunks = [bytes(CHAR_TO_BYTE[c] for c in chunk).decode()
-                 for chunk, _ in hf_1024.pre_tokenizer.pre_tokenize_str(text)]
+    hf_chunks = [
+        bytes(CHAR_TO_BYTE[c] for c in chunk).decode()
+        for chunk, _ in hf_1024.pre_tokenizer.pre_tokenize_str(text)
+    ]
     assert hf_chunks == gpt2
 
 
 def test_pretokenize_keeps_leading_spaces_with_words():
     assert pretokenize("Hello  world's __init__(x)\n\n  y") == [
-        "Hello", " ", " world", "'s", " __", "init", "__(", "x", ")", "\n\n ", " y"]
+        "Hello",
+        " ",
+        " world",
+        "'s",
+        " __",
+        "init",
+        "__(",
+        "x",
+        ")",
+        "\n\n ",
+        " y",
+    ]
 
 
 # -- the merge loop against a from-scratch reference ----------------------------------------
@@ -153,8 +187,9 @@ def naive_bpe(texts, vocab_size, special_tokens=SPECIALS, min_frequency=2):
     k = len(special_tokens)
     vocab = [s.encode() for s in special_tokens] + [bytes([b]) for b in BYTE_ORDER]
     byte_id = {b: k + i for i, b in enumerate(BYTE_ORDER)}
-    words = Counter(tuple(byte_id[b] for b in chunk.encode())
-                    for t in texts for chunk in pretokenize(t))
+    words = Counter(
+        tuple(byte_id[b] for b in chunk.encode()) for t in texts for chunk in pretokenize(t)
+    )
     merges = []
     while len(vocab) < vocab_size:
         pairs = Counter()
@@ -185,12 +220,14 @@ def naive_bpe(texts, vocab_size, special_tokens=SPECIALS, min_frequency=2):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.text(alphabet="ab c\n", max_size=30), min_size=1, max_size=4),
-       st.integers(258, 290), st.integers(1, 3))
+@given(
+    st.lists(st.text(alphabet="ab c\n", max_size=30), min_size=1, max_size=4),
+    st.integers(258, 290),
+    st.integers(1, 3),
+)
 def test_incremental_counts_give_the_merges_of_recounting(texts, vocab_size, min_frequency):
     ours = BPETokenizer.train(texts, vocab_size, min_frequency=min_frequency)
-    assert (ours.vocab, ours.merges) == naive_bpe(texts, vocab_size,
-                                                  min_frequency=min_frequency)
+    assert (ours.vocab, ours.merges) == naive_bpe(texts, vocab_size, min_frequency=min_frequency)
 
 
 def test_incremental_counts_match_recounting_on_real_text():
@@ -200,12 +237,16 @@ def test_incremental_counts_match_recounting_on_real_text():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.text(alphabet="aab c", max_size=30), min_size=1, max_size=4),
-       st.integers(258, 280), st.integers(1, 2))
+@given(
+    st.lists(st.text(alphabet="aab c", max_size=30), min_size=1, max_size=4),
+    st.integers(258, 280),
+    st.integers(1, 2),
+)
 def test_small_texts_give_hugging_faces_merges(texts, vocab_size, min_frequency):
     ours = BPETokenizer.train(texts, vocab_size, min_frequency=min_frequency)
-    vocab, merges = hf_vocab_and_merges(hf_train(texts, vocab_size, min_frequency=min_frequency),
-                                        len(SPECIALS))
+    vocab, merges = hf_vocab_and_merges(
+        hf_train(texts, vocab_size, min_frequency=min_frequency), len(SPECIALS)
+    )
     assert (ours.vocab, ours.merges) == (vocab, merges)
 
 
@@ -244,8 +285,14 @@ def test_round_trip_on_arbitrary_unicode(tok, text):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x1F64F,
-                                            exclude_categories=("Cs",)), min_size=1))
+@given(
+    st.text(
+        alphabet=st.characters(
+            min_codepoint=0x4E00, max_codepoint=0x1F64F, exclude_categories=("Cs",)
+        ),
+        min_size=1,
+    )
+)
 def test_unseen_characters_fall_back_to_bytes(tok, text):
     ids = tok.encode(text)
     assert len(ids) <= len(text.encode("utf-8"))
@@ -288,25 +335,31 @@ def test_an_untrained_tokenizer_encodes_bytes():
 # -- bad input ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(vocab_size=257), ValueError, r"vocab_size must be at least .* = 258, got 257"),
-    (dict(vocab_size=0), ValueError, "vocab_size must be positive"),
-    (dict(vocab_size=300.0), TypeError, "vocab_size must be an int"),
-    (dict(vocab_size=300, min_frequency=0), ValueError, "min_frequency must be positive"),
-    (dict(vocab_size=300, special_tokens=[PAD, PAD]), ValueError, "must be distinct"),
-    (dict(vocab_size=300, special_tokens=["", ENDOFTEXT]), TypeError, "special_tokens"),
-    (dict(vocab_size=300, special_tokens=ENDOFTEXT), TypeError, "special_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(vocab_size=257), ValueError, r"vocab_size must be at least .* = 258, got 257"),
+        (dict(vocab_size=0), ValueError, "vocab_size must be positive"),
+        (dict(vocab_size=300.0), TypeError, "vocab_size must be an int"),
+        (dict(vocab_size=300, min_frequency=0), ValueError, "min_frequency must be positive"),
+        (dict(vocab_size=300, special_tokens=[PAD, PAD]), ValueError, "must be distinct"),
+        (dict(vocab_size=300, special_tokens=["", ENDOFTEXT]), TypeError, "special_tokens"),
+        (dict(vocab_size=300, special_tokens=ENDOFTEXT), TypeError, "special_tokens"),
+    ],
+)
 def test_bad_training_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         BPETokenizer.train("some text", **kwargs)
 
 
-@pytest.mark.parametrize("text, match", [
-    (b"bytes", "text must be a str or an iterable of str, got bytes"),
-    (42, "text must be a str or an iterable of str, got int"),
-    (["ok", 3], r"text\[1\] must be a str, got int"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (b"bytes", "text must be a str or an iterable of str, got bytes"),
+        (42, "text must be a str or an iterable of str, got int"),
+        (["ok", 3], r"text\[1\] must be a str, got int"),
+    ],
+)
 def test_training_text_must_be_str(text, match):
     with pytest.raises(TypeError, match=match):
         BPETokenizer.train(text, 300)

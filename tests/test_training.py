@@ -71,8 +71,14 @@ def test_noam_with_linear_decay(warmup, total, data):
     """The last decay_steps updates are Noam times a factor falling linearly from 1 to
     1 / decay_steps at total_steps; earlier updates are plain Noam; after total_steps, 0."""
     decay = data.draw(st.integers(1, total))
-    lr = lambda s: noam_learning_rate(s, 64, warmup, 0.5, total_steps=total,  # noqa: E731
-                                      decay_steps=decay)
+    lr = lambda s: noam_learning_rate(
+        s,
+        64,
+        warmup,
+        0.5,
+        total_steps=total,  # noqa: E731
+        decay_steps=decay,
+    )
     plain = lambda s: noam_learning_rate(s, 64, warmup, 0.5)  # noqa: E731
     for s in range(1, total - decay + 1):
         assert lr(s) == plain(s)
@@ -99,8 +105,10 @@ def test_noam_step_zero_and_scale():
         (dict(step=1, d_model=512, scale=0.0), "scale"),
         (dict(step=1, d_model=512, scale=float("nan")), "scale must be finite"),
         (dict(step=1, d_model=512, decay_steps=5), "decay_steps=5 needs total_steps"),
-        (dict(step=1, d_model=512, total_steps=4, decay_steps=5),
-         "decay_steps=5 must be <= total_steps=4"),
+        (
+            dict(step=1, d_model=512, total_steps=4, decay_steps=5),
+            "decay_steps=5 must be <= total_steps=4",
+        ),
         (dict(step=1, d_model=512, total_steps=0), "total_steps must be positive"),
     ],
 )
@@ -147,16 +155,18 @@ def test_optimizer_reads_d_model_from_model():
 
 def test_optimizer_with_decay_ends_at_a_small_rate():
     model = torch.nn.Linear(2, 2)
-    optimizer, scheduler = make_optimizer(model, d_model=64, warmup_steps=4, scale=0.5,
-                                          total_steps=20, decay_steps=10)
+    optimizer, scheduler = make_optimizer(
+        model, d_model=64, warmup_steps=4, scale=0.5, total_steps=20, decay_steps=10
+    )
     seen = []
     for _ in range(20):
         seen.append(optimizer.param_groups[0]["lr"])
         model(torch.ones(1, 2)).sum().backward()
         optimizer.step()
         scheduler.step()
-    assert seen == pytest.approx([noam_learning_rate(k, 64, 4, 0.5, total_steps=20, decay_steps=10)
-                                  for k in range(1, 21)])
+    assert seen == pytest.approx(
+        [noam_learning_rate(k, 64, 4, 0.5, total_steps=20, decay_steps=10) for k in range(1, 21)]
+    )
     assert seen[-1] == pytest.approx(noam_learning_rate(20, 64, 4, 0.5) / 10)
     assert optimizer.param_groups[0]["lr"] == 0.0  # nothing after the last update
 
@@ -251,8 +261,12 @@ def test_loss_is_cross_entropy_with_smoothed_targets_and_kl_plus_floor():
         (torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long), ValueError, r"\(2, 3, 5\)"),
         (torch.zeros(2, 5), torch.zeros(2), TypeError, "integer"),
         (torch.zeros(2, 5), torch.tensor([0, 5]), ValueError, r"\[0, 5\)"),
-        (torch.zeros(2, 5, dtype=torch.long), torch.tensor([0, 1]), TypeError,
-         "logits must be a floating-point tensor, got dtype torch.int64"),
+        (
+            torch.zeros(2, 5, dtype=torch.long),
+            torch.tensor([0, 1]),
+            TypeError,
+            "logits must be a floating-point tensor, got dtype torch.int64",
+        ),
         ([[0.0, 1.0]], torch.tensor([0]), TypeError, "logits must be a torch.Tensor"),
     ],
 )
@@ -287,7 +301,8 @@ def test_label_smoothing_follows_the_device(device):
     ours = LabelSmoothingLoss(0.1, ignore_index=0)(logits.to(device), target.to(device))
     assert ours.device.type == device.type
     ref = torch.nn.CrossEntropyLoss(label_smoothing=0.1, ignore_index=0)(
-        logits.reshape(-1, 7), target.reshape(-1))
+        logits.reshape(-1, 7), target.reshape(-1)
+    )
     torch.testing.assert_close(ours.cpu(), ref)
     q = smoothed_targets(target.to(device), 7, 0.1)
     assert q.device.type == device.type
@@ -361,8 +376,13 @@ def test_shard_batch_splits_rows_and_keeps_the_type():
     "batch, rank, world, error, words",
     [
         ((torch.zeros(5, 2),), 0, 2, ValueError, "B=5 does not split into world_size=2"),
-        ((torch.zeros(4, 2), torch.zeros(3)), 0, 2, ValueError,
-         "same batch size B on dim 0, got 3, 4"),
+        (
+            (torch.zeros(4, 2), torch.zeros(3)),
+            0,
+            2,
+            ValueError,
+            "same batch size B on dim 0, got 3, 4",
+        ),
         ((torch.zeros(4),), 2, 2, ValueError, r"rank must lie in \[0, world_size=2\), got 2"),
         ((torch.zeros(4),), 0, 0, ValueError, "world_size must be positive"),
         ((torch.zeros(4),), 0.0, 2, TypeError, "rank must be an int"),
@@ -391,8 +411,9 @@ def one_thread():
 
 def _tiny_model(seed: int = 0, dropout: float = 0.0) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128,
-                       dropout=dropout, max_len=16)
+    return Transformer(
+        VOCAB, VOCAB, d_model=64, num_heads=4, num_layers=1, d_ff=128, dropout=dropout, max_len=16
+    )
 
 
 def _batches(seed: int, batch_size: int, min_len: int, max_len: int):
@@ -406,8 +427,16 @@ def test_train_loop_records_history_and_restores_mode(one_thread):
     optimizer, scheduler = make_optimizer(model, warmup_steps=5, scale=0.5)
     held_out = make_batch("reverse", 32, 1, 5, VOCAB, torch.Generator().manual_seed(99))
     before = evaluate_loss(model, [held_out])
-    history = train(model, _batches(0, 32, 1, 5), optimizer, scheduler, num_steps=30,
-                    eval_batch=held_out, eval_every=10, progress=False)
+    history = train(
+        model,
+        _batches(0, 32, 1, 5),
+        optimizer,
+        scheduler,
+        num_steps=30,
+        eval_batch=held_out,
+        eval_every=10,
+        progress=False,
+    )
     assert len(history.loss) == len(history.lr) == 30
     assert history.lr == pytest.approx([noam_learning_rate(k, 64, 5, 0.5) for k in range(1, 31)])
     assert history.eval_steps == [10, 20, 30] and len(history.eval_loss) == 3
@@ -457,11 +486,19 @@ def test_reverse_task_reaches_99_percent_exact_match(one_thread):
     exact-match accuracy of greedy decoding on 500 held-out sequences (a different seed) must
     reach 99%. Seeded, CPU. (Model seeds 0-4 gave 99.6-100% with the decay, 99.0-100% without.)"""
     model = _tiny_model(seed=0)
-    optimizer, scheduler = make_optimizer(model, warmup_steps=30, scale=0.5, total_steps=250,
-                                          decay_steps=220)
-    train(model, _batches(0, 128, 6, 8), optimizer, scheduler,
-          LabelSmoothingLoss(0.1, ignore_index=PAD_ID), num_steps=250, clip_grad_norm=1.0,
-          progress=False)
+    optimizer, scheduler = make_optimizer(
+        model, warmup_steps=30, scale=0.5, total_steps=250, decay_steps=220
+    )
+    train(
+        model,
+        _batches(0, 128, 6, 8),
+        optimizer,
+        scheduler,
+        LabelSmoothingLoss(0.1, ignore_index=PAD_ID),
+        num_steps=250,
+        clip_grad_norm=1.0,
+        progress=False,
+    )
     held_out = make_batch("reverse", 500, 6, 8, VOCAB, torch.Generator().manual_seed(12345))
     accuracy = sequence_accuracy(model, held_out.src, held_out.tgt, BOS_ID, EOS_ID)
     assert accuracy >= 0.99, f"exact-match accuracy {accuracy:.3f} < 0.99"
@@ -492,8 +529,9 @@ def test_default_loss_gives_the_same_numbers_as_the_plain_loop(one_thread):
         model = _tiny_model(seed=1)
         optimizer, scheduler = make_optimizer(model, warmup_steps=3, scale=0.5)
         if use_train:
-            losses = train(model, batches, optimizer, scheduler, loss_fn, clip_grad_norm=1.0,
-                           progress=False).loss
+            losses = train(
+                model, batches, optimizer, scheduler, loss_fn, clip_grad_norm=1.0, progress=False
+            ).loss
         else:
             losses = _reference_loop(model, batches, optimizer, scheduler, loss_fn, 1.0)
         runs.append((losses, [p.detach().clone() for p in model.parameters()]))
@@ -558,9 +596,16 @@ def test_loss_and_eval_fn_replace_a_hand_written_adam_loop():
         modes.append((m.training, torch.is_grad_enabled()))
         return evaluate(m)
 
-    history = train(model2, lambda: neighbour_batch(16, gen), opt2, num_steps=steps,
-                    loss=lambda m, b: loss_fn(m(b[0])[0], b[1] * V + b[2]),
-                    eval_fn=eval_fn, eval_every=every, progress=False)
+    history = train(
+        model2,
+        lambda: neighbour_batch(16, gen),
+        opt2,
+        num_steps=steps,
+        loss=lambda m, b: loss_fn(m(b[0])[0], b[1] * V + b[2]),
+        eval_fn=eval_fn,
+        eval_every=every,
+        progress=False,
+    )
     assert history.eval_metric == curve and history.eval_steps == [4, 8, 12]
     assert history.eval_loss == []  # no eval_batch
     pairs = zip(model.parameters(), model2.parameters(), strict=True)
@@ -576,8 +621,15 @@ def test_num_steps_takes_exactly_that_many_batches(one_thread):
         model = _tiny_model()
         optimizer, scheduler = make_optimizer(model, warmup_steps=3)
         batches = _batches(0, 8, 1, 4)
-        losses.append([x for n in chunks for x in train(model, batches, optimizer, scheduler,
-                                                         num_steps=n, progress=False).loss])
+        losses.append(
+            [
+                x
+                for n in chunks
+                for x in train(
+                    model, batches, optimizer, scheduler, num_steps=n, progress=False
+                ).loss
+            ]
+        )
     assert losses[0] == losses[1]
 
 
@@ -588,7 +640,8 @@ def test_train_on_nothing_and_progress_bar(capsys):
     history = train(model, [], optimizer, eval_batch=held_out, progress=False)
     assert history.loss == [] and history.eval_steps == [0] and len(history.eval_loss) == 1
     assert history.eval_loss[0] == pytest.approx(
-        evaluate_loss(model, [held_out], LabelSmoothingLoss(0.1, ignore_index=PAD_ID)))
+        evaluate_loss(model, [held_out], LabelSmoothingLoss(0.1, ignore_index=PAD_ID))
+    )
     assert train(model, _batches(0, 4, 1, 3), optimizer, num_steps=0, progress=False).loss == []
     with pytest.raises(ValueError, match="no non-padding target tokens"):
         evaluate_loss(model, [])
@@ -636,8 +689,13 @@ def test_train_refuses_a_nan_loss_and_a_non_scalar_loss():
         train(model, [(src, tgt)], optimizer, progress=False)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(ValueError, match=r"scalar tensor, got \(2,\)"):
-        train(model, [(src, tgt)], optimizer, loss=lambda m, b: torch.ones(2, requires_grad=True),
-              progress=False)
+        train(
+            model,
+            [(src, tgt)],
+            optimizer,
+            loss=lambda m, b: torch.ones(2, requires_grad=True),
+            progress=False,
+        )
     with pytest.raises(TypeError, match="src must be an integer tensor"):
         train(model, [(src.float(), tgt)], optimizer, progress=False)
     with pytest.raises(ValueError, match=r"B >= 1 rows.*\(0, 3\)"):
@@ -654,8 +712,9 @@ def test_train_moves_batches_to_the_model_device(device, one_thread):
     for dev in (torch.device("cpu"), device):
         model = _tiny_model().to(dev)
         optimizer, scheduler = make_optimizer(model, warmup_steps=3)
-        histories.append(train(model, batches, optimizer, scheduler, eval_batch=held_out,
-                               progress=False))
+        histories.append(
+            train(model, batches, optimizer, scheduler, eval_batch=held_out, progress=False)
+        )
         assert evaluate_loss(model, [held_out]) > 0  # also moves its batches
     assert histories[1].loss == pytest.approx(histories[0].loss, rel=1e-4)
     assert histories[1].eval_loss == pytest.approx(histories[0].eval_loss, rel=1e-4)

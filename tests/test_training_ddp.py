@@ -41,26 +41,45 @@ VOCAB, LENGTH, GLOBAL_BATCH, UPDATES, WORLD = 13, 5, 8, 4, 2
 def _run(optimizer_name: str) -> dict:
     """Train the same seeded model on the same seeded global batches; return what to compare."""
     torch.manual_seed(0)
-    model = Transformer(VOCAB, VOCAB, d_model=32, num_heads=4, num_layers=1, d_ff=64,
-                        dropout=0.0, max_len=LENGTH + 2)
+    model = Transformer(
+        VOCAB,
+        VOCAB,
+        d_model=32,
+        num_heads=4,
+        num_layers=1,
+        d_ff=64,
+        dropout=0.0,
+        max_len=LENGTH + 2,
+    )
     if optimizer_name == "sgd":
         optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9), None
     else:
         optimizer, scheduler = make_optimizer(model, warmup_steps=2, scale=0.5)
     gen = torch.Generator().manual_seed(1)  # the same global batches on every process
-    history = train(model, lambda: make_batch("reverse", GLOBAL_BATCH, LENGTH, LENGTH, VOCAB, gen),
-                    optimizer, scheduler, num_steps=UPDATES, clip_grad_norm=1.0, progress=False)
+    history = train(
+        model,
+        lambda: make_batch("reverse", GLOBAL_BATCH, LENGTH, LENGTH, VOCAB, gen),
+        optimizer,
+        scheduler,
+        num_steps=UPDATES,
+        clip_grad_norm=1.0,
+        progress=False,
+    )
     probe = make_batch("reverse", 16, LENGTH, LENGTH, VOCAB, torch.Generator().manual_seed(2))
     with torch.no_grad():
         logits = model.eval()(probe.src, probe.tgt_in, src_mask=probe.src_mask)
-    return {"loss": history.loss, "logits": logits,
-            "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return {
+        "loss": history.loss,
+        "logits": logits,
+        "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+    }
 
 
 def _worker(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=WORLD)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD
+    )
     try:
         results = {name: _run(name) for name in ("sgd", "adam")}
         if rank == 0:
@@ -75,8 +94,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                    reason="torch.distributed with gloo is not available")
+@pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not available",
+)
 def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
     out = str(tmp_path / "ddp.pt")
     torch.multiprocessing.spawn(_worker, args=(_free_port(), out), nprocs=WORLD, join=True)
@@ -85,8 +106,9 @@ def test_two_processes_equal_one_process_on_the_global_batch(tmp_path):
         one = _run(name)  # this process: no process group, the whole batch
         assert ddp[name]["loss"] == pytest.approx(one["loss"], abs=1e-6, rel=0)
         torch.testing.assert_close(ddp[name]["logits"], one["logits"], atol=1e-5, rtol=0)
-    worst = max((ddp["sgd"]["params"][n] - p).abs().max().item()
-                for n, p in _run("sgd")["params"].items())
+    worst = max(
+        (ddp["sgd"]["params"][n] - p).abs().max().item() for n, p in _run("sgd")["params"].items()
+    )
     assert worst <= 1e-6, f"largest weight difference after {UPDATES} SGD updates: {worst:.2e}"
 
 

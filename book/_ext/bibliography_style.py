@@ -26,7 +26,8 @@ class AuthorYearLabelStyle(BaseLabelStyle):
     def format_labels(self, sorted_entries):
         # The names exactly as the author_year citation style writes them in the text.
         citation = sphinxcontrib.bibtex.plugin.find_plugin(
-            "sphinxcontrib.bibtex.style.referencing", "author_year")()
+            "sphinxcontrib.bibtex.style.referencing", "author_year"
+        )()
         label = join(sep=", ")[citation.person.author_or_editor_or_title(full=False), year]
         for entry in sorted_entries:
             yield label.format_data({"entry": entry, "style": citation}).render_as("text")
@@ -40,6 +41,7 @@ class PlainAuthorYearStyle(PlainStyle):
 
 def setup(app):
     pybtex.plugin.register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)
-    pybtex.plugin.register_plugin("pybtex.style.formatting", "plain_author_year",
-                                  PlainAuthorYearStyle)
+    pybtex.plugin.register_plugin(
+        "pybtex.style.formatting", "plain_author_year", PlainAuthorYearStyle
+    )
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -102,8 +102,10 @@ def attach_figure_captions(nb: nbformat.NotebookNode, path: str = "<notebook>") 
         if missing:
             raise ValueError(f"{where}: the figure caption cell has no {', '.join(missing)}")
         if not cells or cells[-1].cell_type != "code":
-            raise ValueError(f"{where}: a figure caption cell must follow the code cell that "
-                             f"draws the figure ({fields['label']})")
+            raise ValueError(
+                f"{where}: a figure caption cell must follow the code cell that "
+                f"draws the figure ({fields['label']})"
+            )
         mystnb = cells[-1].metadata.setdefault("mystnb", {})
         mystnb["figure"] = {"caption": fields["caption"], "name": fields["label"]}
         mystnb["image"] = {"alt": fields["alt"]}
@@ -129,17 +131,21 @@ def gate_solutions(nb: nbformat.NotebookNode, path: str = "<notebook>") -> int:
         cell = nb.cells[index]
         match = SOLUTION_CELL.match(cell.source.strip()) if cell.cell_type == "markdown" else None
         following = index + 1
-        while (following < len(nb.cells) and nb.cells[following].cell_type == "code"
-               and "solution" in nb.cells[following].metadata.get("tags", [])):
+        while (
+            following < len(nb.cells)
+            and nb.cells[following].cell_type == "code"
+            and "solution" in nb.cells[following].metadata.get("tags", [])
+        ):
             following += 1
         if match is None or following == index + 1:
             cells.append(cell)
             index += 1
             continue
         start = nbformat.v4.new_markdown_cell(
-            f"```{{solution-start}} {match['label']}\n{match['options']}```\n{match['body']}")
+            f"```{{solution-start}} {match['label']}\n{match['options']}```\n{match['body']}"
+        )
         end = nbformat.v4.new_markdown_cell("```{solution-end}\n```")
-        cells += [start, *nb.cells[index + 1:following], end]
+        cells += [start, *nb.cells[index + 1 : following], end]
         gated += 1
         index = following
     nb.cells = cells
@@ -170,8 +176,10 @@ def citation_texts(bib_path: str) -> dict[str, tuple[str, str]]:
     texts = {}
     for key, entry in parse_file(bib_path).entries.items():
         people = entry.persons.get("author") or entry.persons.get("editor") or []
-        names = [Text.from_latex(" ".join(p.prelast_names + p.last_names)).render_as("text")
-                 for p in people]
+        names = [
+            Text.from_latex(" ".join(p.prelast_names + p.last_names)).render_as("text")
+            for p in people
+        ]
         if not names:
             authors = entry.fields.get("organization", entry.fields.get("title", key))
         elif len(names) == 1:
@@ -190,8 +198,9 @@ def convert_citations(nb: nbformat.NotebookNode) -> int:
     count = 0
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "](cite:" in cell.source:
-            cell.source, n = CITATION.subn(lambda m: citation_role(m["text"], m["key"]),
-                                           cell.source)
+            cell.source, n = CITATION.subn(
+                lambda m: citation_role(m["text"], m["key"]), cell.source
+            )
             count += n
     return count
 
@@ -205,8 +214,9 @@ def convert_api_links(nb: nbformat.NotebookNode) -> int:
     count = 0
     for cell in nb.cells:
         if cell.cell_type == "markdown" and "](api:" in cell.source:
-            cell.source, n = API_LINK.subn(lambda m: f"{{py:obj}}`{m['text']} <{m['target']}>`",
-                                           cell.source)
+            cell.source, n = API_LINK.subn(
+                lambda m: f"{{py:obj}}`{m['text']} <{m['target']}>`", cell.source
+            )
             count += n
     return count
 

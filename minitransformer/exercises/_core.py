@@ -49,8 +49,15 @@ class Case:
     words. ``otherwise`` follows a difference no mistake explains; ``hint`` follows any
     difference, the mistakes unasked (for a case that only checks that nothing is hard-wired)."""
 
-    def __init__(self, where: str = "", /, *, otherwise: str | None = None, hint: str | None = None,
-                 **inputs: object) -> None:
+    def __init__(
+        self,
+        where: str = "",
+        /,
+        *,
+        otherwise: str | None = None,
+        hint: str | None = None,
+        **inputs: object,
+    ) -> None:
         self.where, self.otherwise, self.hint, self.inputs = where, otherwise, hint, inputs
 
 
@@ -66,8 +73,9 @@ class Mistake:
     raises: type[BaseException] | None = None
 
 
-def like(wrong: Callable[..., Any] | Sequence[Callable[..., Any]],
-         hint: str | Callable[..., str]) -> Mistake:
+def like(
+    wrong: Callable[..., Any] | Sequence[Callable[..., Any]], hint: str | Callable[..., str]
+) -> Mistake:
     """The answer equals that of ``wrong`` (or of any in a list), a wrong implementation with the
     learner's signature; skipped on a case where it crashes or gives the right answer."""
     return Mistake(hint, wrong=(wrong,) if callable(wrong) else tuple(wrong))
@@ -84,11 +92,19 @@ def raises(exception: type[BaseException], hint: str | Callable[..., str]) -> Mi
     return Mistake(hint, raises=exception)
 
 
-def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mistake] = (),
-            returns: str | Sequence[str] = "the result", otherwise: str | None = None,
-            observe: Callable[..., Any] | None = None, may_modify: Sequence[str] = (),
-            compare: Callable[[Any, Any], bool] | None = None, atol: float = 1e-5,
-            rtol: float = 1e-4) -> Callable[[Callable[..., Sequence[Case]]], Callable[..., None]]:
+def checker(
+    name: str,
+    *,
+    reference: Callable[..., Any],
+    mistakes: Sequence[Mistake] = (),
+    returns: str | Sequence[str] = "the result",
+    otherwise: str | None = None,
+    observe: Callable[..., Any] | None = None,
+    may_modify: Sequence[str] = (),
+    compare: Callable[[Any, Any], bool] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> Callable[[Callable[..., Sequence[Case]]], Callable[..., None]]:
     """Turn the function that returns the :class:`Case` list (of a seeded ``torch.Generator``, or
     of nothing) into the checker ``check_xxx(fn)``, with its name and docstring. The checker
     prints ``Correct: <name>.`` or ``Not attempted yet: <name>. ...``; for a wrong answer it raises
@@ -107,9 +123,20 @@ def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mist
         compare: ``compare(got, want) -> bool``; by default floating tensors within
             ``atol + rtol * |want|``, other tensors and ints equal, containers element-wise.
     """
+
     def decorate(build: Callable[..., Sequence[Case]]) -> Callable[..., None]:
-        spec = _Spec(build, reference, tuple(mistakes), returns, otherwise, observe,
-                     frozenset(may_modify), compare, atol, rtol)
+        spec = _Spec(
+            build,
+            reference,
+            tuple(mistakes),
+            returns,
+            otherwise,
+            observe,
+            frozenset(may_modify),
+            compare,
+            atol,
+            rtol,
+        )
 
         def check(fn: Callable[..., Any]) -> None:
             try:
@@ -117,8 +144,10 @@ def checker(name: str, *, reference: Callable[..., Any], mistakes: Sequence[Mist
                     for case in spec.cases():
                         spec.run(fn, case)
             except NotAttempted:
-                print(f"Not attempted yet: {name}. Replace the `raise NotImplementedError` in the "
-                      "stub with your code and run this cell again.")
+                print(
+                    f"Not attempted yet: {name}. Replace the `raise NotImplementedError` in the "
+                    "stub with your code and run this cell again."
+                )
                 return
             print(f"Correct: {name}.")
 
@@ -147,11 +176,13 @@ def seeded(seed: int, build: Callable[[], Any]) -> Any:
         return build()
 
 
-_IN_PLACE = ("your function changed its argument `{}` in place (with `/=`, `+=`, an indexed "
-             "assignment or a method ending in `_` such as `masked_fill_`): the caller's data "
-             "changes too, so the next call with it gets another answer. Leave the inputs alone "
-             "and compute new tensors (`x = x / c` rather than `x /= c`, `masked_fill` rather "
-             "than `masked_fill_`).")
+_IN_PLACE = (
+    "your function changed its argument `{}` in place (with `/=`, `+=`, an indexed "
+    "assignment or a method ending in `_` such as `masked_fill_`): the caller's data "
+    "changes too, so the next call with it gets another answer. Leave the inputs alone "
+    "and compute new tensors (`x = x / c` rather than `x /= c`, `masked_fill` rather "
+    "than `masked_fill_`)."
+)
 
 
 @dataclass
@@ -192,31 +223,44 @@ class _Spec:
             raise
         except Exception as exc:  # the learner's code crashed: say how, and on what
             hints = [m.hint for m in self.mistakes if m.raises and isinstance(exc, m.raises)]
-            hint = _format(hints[0], _fields(case)) if hints else \
-                "The traceback above shows the line; a shape mismatch is the usual cause."
+            hint = (
+                _format(hints[0], _fields(case))
+                if hints
+                else "The traceback above shows the line; a shape mismatch is the usual cause."
+            )
             inputs = ", ".join(f"{n} {_brief(x)}" for n, x in case.inputs.items())
             where = f"{case.where}: " if case.where else ""
-            raise ExerciseError(f"your function raised {type(exc).__name__}: {exc} "
-                                f"({where}{inputs}). {hint}") from exc
+            raise ExerciseError(
+                f"your function raised {type(exc).__name__}: {exc} ({where}{inputs}). {hint}"
+            ) from exc
         want = self.call(self.reference, copy.deepcopy(case.inputs))
         got = _numbers_like(got, want)
-        changed = [n for n, x in case.inputs.items()
-                   if n not in self.may_modify and not _unchanged(given[n], x)]
+        changed = [
+            n
+            for n, x in case.inputs.items()
+            if n not in self.may_modify and not _unchanged(given[n], x)
+        ]
         right = self.same(got, want)
         if right and not changed:
             return
         hint = "Apart from that, your answer is right." if right else self.diagnose(got, want, case)
         if changed:
-            hint = _IN_PLACE.format(changed[0]) + (" " if right else " Compared with the right "
-                                                   "answer: ") + hint
+            hint = (
+                _IN_PLACE.format(changed[0])
+                + (" " if right else " Compared with the right answer: ")
+                + hint
+            )
         raise ExerciseError(hint)
 
     def diagnose(self, got: Any, want: Any, case: Case) -> str:
         """The hint of the first mistake that explains ``got``, else what differs."""
         fields = _fields(case, got, want)
         for m in () if case.hint else self.mistakes:
-            if m.when is not None and _call_with(m.when, fields, predicate=True) or any(
-                    self._shows(wrong, got, want, case) for wrong in m.wrong):
+            if (
+                m.when is not None
+                and _call_with(m.when, fields, predicate=True)
+                or any(self._shows(wrong, got, want, case) for wrong in m.wrong)
+            ):
                 return _format(m.hint, fields)
         names = self.returns if isinstance(self.returns, str) else list(self.returns)
         text = _describe(got, want, _format(names, fields), case.where, self.atol, self.rtol)
@@ -244,8 +288,13 @@ def _global_rng_kept() -> Iterator[None]:
 
 
 def _fields(case: Case, got: Any = None, want: Any = None) -> dict[str, Any]:
-    return {**case.inputs, "where": case.where, "got": got, "want": want,
-            "got_type": type(got).__name__}
+    return {
+        **case.inputs,
+        "where": case.where,
+        "got": got,
+        "want": want,
+        "got_type": type(got).__name__,
+    }
 
 
 def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any], predicate: bool = False) -> Any:
@@ -266,8 +315,9 @@ def _call_with(fn: Callable[..., Any], fields: Mapping[str, Any], predicate: boo
 
 class _Formatter(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
-        return super().format_field(tuple(value) if isinstance(value, torch.Size) else value,
-                                    format_spec)
+        return super().format_field(
+            tuple(value) if isinstance(value, torch.Size) else value, format_spec
+        )
 
 
 def _format(hint: str | Sequence[str] | Callable[..., str], fields: Mapping[str, Any]) -> Any:
@@ -307,7 +357,8 @@ def _unchanged(now: Any, before: Any) -> bool:
         return now.keys() == before.keys() and all(_unchanged(now[k], v) for k, v in before.items())
     if isinstance(before, (list, tuple)):
         return len(now) == len(before) and all(
-            _unchanged(n, b) for n, b in zip(now, before, strict=True))
+            _unchanged(n, b) for n, b in zip(now, before, strict=True)
+        )
     return bool(now == before)
 
 
@@ -327,8 +378,9 @@ def _show(x: Any) -> str:
     return f"{x:,}" if isinstance(x, numbers.Integral) else f"{x:.4g}"
 
 
-def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: float,
-              rtol: float) -> str:
+def _describe(
+    got: Any, want: Any, names: str | list[str], where: str, atol: float, rtol: float
+) -> str:
     """What differs between ``got`` and ``want`` (a tuple of results if ``names`` is a list)."""
     if isinstance(names, str):
         names, got, want = [names], [got], [want]
@@ -336,8 +388,10 @@ def _describe(got: Any, want: Any, names: str | list[str], where: str, atol: flo
         what = f"{len(got)} values" if isinstance(got, (tuple, list)) else type(got).__name__
         count = "a pair" if len(names) == 2 else f"a tuple of {len(names)}"
         return f"your function should return {count} ({', '.join(names)}), got {what}"
-    texts = (_difference(g, w, f"{n} {where}".strip(), atol, rtol)
-             for g, w, n in zip(got, want, names, strict=True))
+    texts = (
+        _difference(g, w, f"{n} {where}".strip(), atol, rtol)
+        for g, w, n in zip(got, want, names, strict=True)
+    )
     # none when only the checker's own compare tells them apart
     return next((t for t in texts if t), f"your answer differs from the right one {where}".strip())
 
@@ -365,14 +419,21 @@ def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
     if isinstance(want, Tensor):
         return _difference(got, want, "", atol, rtol) is None
     if isinstance(want, (tuple, list)):
-        return (isinstance(got, (tuple, list)) and len(got) == len(want)
-                and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True)))
+        return (
+            isinstance(got, (tuple, list))
+            and len(got) == len(want)
+            and all(_same(g, w, atol, rtol) for g, w in zip(got, want, strict=True))
+        )
     if isinstance(want, Mapping):
-        return isinstance(got, Mapping) and all(k in got and _same(got[k], w, atol, rtol)
-                                                for k, w in want.items())
+        return isinstance(got, Mapping) and all(
+            k in got and _same(got[k], w, atol, rtol) for k, w in want.items()
+        )
     if _is_number(want):
-        return _is_number(got) and (got == want if isinstance(want, numbers.Integral)
-                                    else abs(got - want) <= atol + rtol * abs(want))
+        return _is_number(got) and (
+            got == want
+            if isinstance(want, numbers.Integral)
+            else abs(got - want) <= atol + rtol * abs(want)
+        )
     return bool(got == want)
 
 
@@ -381,13 +442,17 @@ def _entries(got: Tensor, want: Tensor, label: str, atol: float, rtol: float) ->
     g, w, floating = got.double(), want.double(), want.is_floating_point()
     if floating and (~torch.isfinite(g) & torch.isfinite(w)).any():
         bad = ~torch.isfinite(g) & torch.isfinite(w)
-        return (f"{label} holds inf or NaN in {int(bad.sum())} of {bad.numel()} entries, the first "
-                f"at {bad.nonzero()[0].tolist()}")
+        return (
+            f"{label} holds inf or NaN in {int(bad.sum())} of {bad.numel()} entries, the first "
+            f"at {bad.nonzero()[0].tolist()}"
+        )
     bad = ~torch.isclose(g, w, rtol=rtol, atol=atol) if floating else got != want
     if not bad.any():
         return None
     by = f", by up to {float((g - w).abs()[bad].max()):.3g}" if floating else ""
     at = tuple(bad.nonzero()[0].tolist())
     shown = _show(got[at].item()), _show(want[at].item())
-    return (f"{label} differs from the right answer in {int(bad.sum())} of {bad.numel()} "
-            f"entries{by}; the first at {list(at)}: {shown[0]} instead of {shown[1]}")
+    return (
+        f"{label} differs from the right answer in {int(bad.sum())} of {bad.numel()} "
+        f"entries{by}; the first at {list(at)}: {shown[0]} instead of {shown[1]}"
+    )
