@@ -1,12 +1,14 @@
 # minitransformer: every command a reader or maintainer needs (`make help` prints this list;
 # one line per target). See README.md.
 #   make install     create .venv/ from requirements.lock (the targets below do it if needed)
+#   make install-unlocked  create .venv/ from requirements.txt, for a Python the lock does not cover
 #   make book        build the HTML book into _build/html/ (installs first if needed)
 #   make test        run the unit tests and every notebook under nbval (installs first if needed)
-#   make test-portable  replay every notebook as another CPU computes: outputs must not change
+#   make test-portable  replay every notebook as other CPUs compute: outputs must not change
+#   make test-wheel  install the built wheel into a fresh venv and run the training chapter there
 #   make check-html  check every page of the built book in Chromium, at 1280 and 390 px (builds it if missing)
 #   make check-lab   check every chapter in JupyterLab in Chromium, before and after Run All
-#   make lint        ruff on the code and the notebooks, mypy on the package
+#   make lint        ruff and ruff format on the code and notebooks, mypy and pyright, actionlint and zizmor
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
 #   make notebooks   re-execute the notebooks in place (one: NOTEBOOKS=book/NAME.ipynb)
@@ -16,44 +18,57 @@
 #   make distclean   remove build outputs and .venv/
 #   make help        list these commands
 
+# Windows (Git Bash or MSYS make): `python` and .venv/Scripts. The README's tested way on
+# Windows is WSL, where this is Linux.
+ifeq ($(OS),Windows_NT)
+PYTHON ?= python
+BIN    := .venv/Scripts
+else
 PYTHON ?= python3
+BIN    := .venv/bin
+endif
 VENV   := .venv
-BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install book test test-portable lint check-html check-lab lab serve notebooks bench lock clean distclean help
+.PHONY: install install-unlocked book test test-portable test-wheel lint check-html check-lab lab serve notebooks bench lock clean distclean help
 
 install: $(STAMP)
 
+PIP_VERSION := 26.3
+UV_VERSION  := 0.13.8
+# Where the CPU build of torch (2.13.0+cpu, Linux x86-64, CPython 3.11) comes from: this
+# machine's wheel folder if pip has one ($$PIP_FIND_LINKS), else PyTorch's CPU index. The lock
+# pins its hash either way.
+TORCH_INDEX := $(if $(PIP_FIND_LINKS),,--extra-index-url https://download.pytorch.org/whl/cpu)
+
 # Every package at the version and hash of requirements.lock (the pins of requirements.txt and
-# all they pull in, for CPython 3.11 on Linux x86-64), then this package itself, editable.
+# all they pull in, for each platform and Python of scripts/lock.py), then this package itself,
+# editable. An interpreter the lock does not cover stops here with what to do instead.
 $(STAMP): requirements.lock pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "requirements.lock is for Python 3.11; this is " + sys.version.split()[0] + ". Use PYTHON=python3.11, or: $(PYTHON) -m venv .venv && .venv/bin/pip install -r requirements.txt")'
+	@$(PYTHON) scripts/lock.py covers
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet pip==$(PIP_VERSION)
-	$(BIN)/python -m pip install --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --require-hashes --no-deps $(TORCH_INDEX) -r requirements.lock
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)
 
-PIP_VERSION := 26.3
-UV_VERSION  := 0.13.8
-# Where the CPU build of torch comes from: this machine's wheel folder if pip has one
-# ($$PIP_FIND_LINKS), else PyTorch's CPU index (PyPI's Linux wheels pull in CUDA, several GB).
-TORCH_SOURCE ?= $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS),--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
+# For an interpreter the lock does not cover: the direct pins of requirements.txt (and this
+# package, editable), resolved by pip. It writes the same marker, so later targets use it.
+install-unlocked:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(BIN)/python -m pip install -r requirements.txt
+	touch $(STAMP)
 
+# Re-resolve requirements.txt into requirements.lock for every covered platform and Python
+# (scripts/lock.py), with uv in a throwaway environment.
 lock:
 	$(PYTHON) -m venv _build/lock-venv
-	_build/lock-venv/bin/python -m pip install --quiet uv==$(UV_VERSION)
-	grep -v '^-e ' requirements.txt > _build/lock-venv/requirements.in
-	_build/lock-venv/bin/uv pip compile _build/lock-venv/requirements.in --generate-hashes \
-	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 $(TORCH_SOURCE) \
-	  --no-header -o requirements.lock.new
-	{ echo "# Generated by 'make lock' from requirements.txt (uv $(UV_VERSION), CPython 3.11, Linux x86-64)."; \
-	  echo "# Do not edit: change requirements.txt and run 'make lock'. 'make install' installs exactly this."; \
-	  cat requirements.lock.new; } > requirements.lock && rm requirements.lock.new
+	_build/lock-venv/$(notdir $(BIN))/python -m pip install --quiet uv==$(UV_VERSION)
+	$(PYTHON) scripts/lock.py compile _build/lock-venv/$(notdir $(BIN))/uv
 
 book: $(STAMP)
 	rm -rf _build/html _build/jupyter_execute
@@ -61,24 +76,38 @@ book: $(STAMP)
 	@echo
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+# On both cores: two pytest workers, each notebook kept on one (--dist loadfile), each with one
+# torch thread (two workers of two threads each spin-wait on two cores and take twice the CPU
+# time). WORKERS=1 THREADS=2 runs them one after another on two threads.
+WORKERS ?= 2
+THREADS ?= 1
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	OMP_NUM_THREADS=$(THREADS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
-# Another CPU, simulated on this one: the notebooks' outputs must replay unchanged.
-# Two other CPUs: torch's unvectorised kernels with MKL's compatibility path on one thread, then
-# torch's AVX2 kernels (an AVX2-only machine; on one without AVX2 torch uses what it has).
+# Other CPUs, simulated on this one: the notebooks' outputs must replay unchanged under each
+# set-up of scripts/portable.py (vector width, MKL's code path, thread count; `--list` says
+# which run here). SETUPS="scalar avx2-t3" runs some; CI runs those two.
 test-portable: $(STAMP)
-	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OMP_NUM_THREADS=1 $(BIN)/python -m pytest book
-	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest book
+	$(BIN)/python scripts/portable.py $(SETUPS)
+
+# The wheel, installed with its [book] extra into a fresh venv, runs the training chapter from a
+# copy of book/ outside the checkout (scripts/test_wheel.py; CHAPTERS="training lm" for more).
+test-wheel: $(STAMP)
+	$(BIN)/python scripts/test_wheel.py $(CHAPTERS)
 
 # Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
 INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-# Settings in pyproject.toml ([tool.ruff], [tool.mypy]).
+# Settings in pyproject.toml ([tool.ruff], [tool.mypy], [tool.pyright]) and book/ruff.toml (the
+# notebooks' 76 columns). zizmor audits the workflow offline (no GitHub API).
+LINTED := minitransformer tests benchmarks scripts book conftest.py
 lint: $(STAMP)
-	$(BIN)/ruff check minitransformer tests benchmarks scripts book conftest.py
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy minitransformer
+	$(BIN)/pyright
 	$(BIN)/actionlint .github/workflows/ci.yml
+	$(BIN)/zizmor --offline --quiet .github/
 
 check-html: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book

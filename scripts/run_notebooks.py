@@ -18,6 +18,13 @@ Progress bars (tqdm's ipywidgets) are not stored: a widget's saved view shows in
 only in a trusted notebook, and as raw text (``reverse task: 0%|...``) otherwise; a learner's
 run draws the live bar. Their cells are ``nbval-ignore-output`` (CONTRIBUTING, "Chapters").
 
+The recorded notebook is then normalised (``scripts/normalize_notebooks.py``): metadata as
+JupyterLab writes it, solutions' outputs hidden with their code, links JupyterLab can follow.
+
+The kernels run with ``MINITRANSFORMER_RECORD=1``, which makes
+:func:`minitransformer.report.fmt` refuse a number that sits on a rounding edge: what is
+recorded must print the same on another CPU.
+
 Exits non-zero, leaving the notebook file untouched, if a cell raises unexpectedly or an
 expression fails to evaluate.
 """
@@ -25,6 +32,7 @@ expression fails to evaluate.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,7 +41,9 @@ import nbformat
 from nbclient import NotebookClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "book" / "_ext"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from course_book import expressions_in  # noqa: E402
+from normalize_notebooks import normalize  # noqa: E402
 
 
 class ExpressionRecordingClient(NotebookClient):
@@ -88,7 +98,7 @@ def run(path: Path, timeout: int) -> float:
     )
     client.execute()
     drop_widgets(nb)
-    nbformat.write(nb, path)
+    nbformat.write(normalize(nb, path.resolve().parent), path)
     return time.perf_counter() - start
 
 
@@ -97,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
     args = parser.parse_args(argv)
+    os.environ["MINITRANSFORMER_RECORD"] = "1"  # the kernels inherit it: fmt() is strict
     for path in args.notebooks:
         print(f"{path}: running ...", flush=True)
         seconds = run(path, args.timeout)

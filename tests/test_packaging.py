@@ -17,6 +17,21 @@ import minitransformer
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def test_citation_and_changelog_name_the_package_version():
+    """CITATION.cff's version and the changelog's latest release are minitransformer.__version__,
+    released on CITATION.cff's date-released."""
+    citation = (ROOT / "CITATION.cff").read_text()
+    cited = re.search(r"^version: (\S+)$", citation, re.M)
+    released = re.search(r'^date-released: "(\d{4}-\d{2}-\d{2})"$', citation, re.M)
+    assert cited and released, "CITATION.cff needs a version and a date-released"
+    assert cited.group(1) == minitransformer.__version__
+    assert re.search(r"^license:\n  - MIT\n  - CC-BY-4.0$", citation, re.M)
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    latest = re.search(r"^## (\d+\.\d+\.\d+) - (\d{4}-\d{2}-\d{2})$", changelog, re.M)
+    assert latest, "CHANGELOG.md has no released version"
+    assert latest.groups() == (minitransformer.__version__, released.group(1))
+
+
 def test_one_version_source():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "version" not in project and "version" in project["dynamic"]
