@@ -29,6 +29,8 @@ __all__ = [
     "finite_float",
     "probability",
     "tensor",
+    "ID_DTYPES",
+    "ids",
     "module",
 ]
 
@@ -124,6 +126,44 @@ def tensor(
             f"{name} must have {ndim} dimensions{f' {what}' if what else ''}, "
             f"got shape {tuple(x.shape)}"
         )
+    return x
+
+
+#: The integer dtypes accepted for token ids and indices: those torch can index with once
+#: converted to int64 (uint8 must be converted: torch reads a uint8 index as a mask). The
+#: unsigned 16-, 32- and 64-bit types are refused (torch has few operations for them).
+ID_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def ids(
+    name: str,
+    x: object,
+    *,
+    ndim: int | None = None,
+    what: str | None = None,
+    low: int | None = 0,
+    high: int | None = None,
+    within: str = "the vocabulary",
+) -> Tensor:
+    """The one rule for token ids and indices: ``x`` must be a tensor of one of
+    :data:`ID_DTYPES` (TypeError naming ``name`` otherwise: floats, bools, uint16/32/64) and of
+    ``ndim`` dimensions; it comes back as int64 (the same tensor when it already is), before
+    any arithmetic or indexing. Every element must lie in ``[low, high)`` (None: unbounded),
+    negative ids included: a ValueError names ``name``, the range found and ``within`` (what
+    the range is of). One ``aminmax`` pass, skipped on the meta device."""
+    tensor(name, x, ndim=ndim, what=what)
+    assert isinstance(x, Tensor)  # checked just above (for the type checker)
+    if x.dtype not in ID_DTYPES:
+        raise TypeError(
+            f"{name} must be an integer tensor of ids (int8, int16, int32, int64 or uint8), "
+            f"got dtype {x.dtype}"
+        )
+    x = x.long()  # no copy for int64
+    if x.numel() and x.device.type != "meta" and (low is not None or high is not None):
+        lo, hi = (int(v) for v in torch.aminmax(x))
+        if (low is not None and lo < low) or (high is not None and hi >= high):
+            bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high})"
+            raise ValueError(f"{name} holds ids in [{lo}, {hi}], outside {within} {bounds}")
     return x
 
 

@@ -1,4 +1,4 @@
-"""Scaled dot-product attention and multi-head attention.
+"""Scaled dot-product attention and multi-head attention (and additive attention, to compare).
 
 Chapters "Scaled dot-product attention" (``book/attention``) and "Multi-head attention"
 (``book/multihead``). Shape letters: B batch, T query length, S key/value length, h query heads,
@@ -23,6 +23,8 @@ from minitransformer.positional import rotary_embedding
 
 __all__ = [
     "scaled_dot_product_attention",
+    "additive_attention",
+    "AdditiveAttention",
     "causal_mask",
     "padding_mask",
     "split_heads",
@@ -70,15 +72,15 @@ def scaled_dot_product_attention(
     # unscaled q . k can overflow (max 65504).
     scores = (query * (1.0 / math.sqrt(query.shape[-1]))) @ key.transpose(-2, -1)  # (..., T, S)
     grad = scores.requires_grad
-    if mask is not None:
-        hidden = ~mask
+    hidden = None if mask is None else ~mask
+    if hidden is not None:
         # The most negative finite number rather than -inf: exp() makes it exactly 0 in every
         # row that sees a key, and a fully masked row stays finite (no 0/0 = NaN).
         scores = _masked_fill(scores, hidden, torch.finfo(scores.dtype).min, in_place=True)
     # softmax subtracts the row maximum first, so large scores do not overflow exp(). Without
     # a gradient it overwrites the scores instead of allocating a second (..., T, S) tensor.
     weights = torch.softmax(scores, dim=-1) if grad else torch.softmax(scores, -1, out=scores)
-    if mask is not None:
+    if hidden is not None:
         empty = hidden.all(dim=-1, keepdim=True)  # (..., T, 1): rows that see no key
         if empty.any():  # such a row came out uniform: zero it
             weights = _masked_fill(weights, empty, 0.0, in_place=not grad)
@@ -463,6 +465,139 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, num_heads={self.num_heads}{kv}, head_dim={self.d_k}"
             f"{', rotary=True' if self.rotary else ''}"
         )
+
+
+# -- additive (Bahdanau) attention ---------------------------------------------------------
+
+
+def additive_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    w_query: Tensor,
+    w_key: Tensor,
+    w_score: Tensor,
+    mask: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Additive attention (Bahdanau et al., 2015): returns ``(output, weights)``.
+
+    The score of query ``q`` and key ``k`` is ``w_score . tanh(q W_query + k W_key)``, a
+    one-hidden-layer network of width ``d_a`` instead of a dot product; the softmax over the
+    keys and the weighted sum of the values are those of :func:`scaled_dot_product_attention`.
+    Chapter "Scaled dot-product attention", section "Additive attention against the dot
+    product".
+
+    Args:
+        query: ``(..., T, d_q)``; key: ``(..., S, d_k)``; value: ``(..., S, d_v)``. ``d_q``
+            and ``d_k`` may differ; the leading (batch) dimensions broadcast.
+        w_query: ``(d_q, d_a)``; w_key: ``(d_k, d_a)``; w_score: ``(d_a,)``.
+        mask: boolean, broadcastable to ``(..., T, S)`` without adding dimensions; True = may
+            attend.
+
+    Returns:
+        ``(..., T, d_v)`` and ``(..., T, S)``. A query row whose keys are all masked gets zero
+        weights and a zero output (never NaN). Memory: an ``(..., T, S, d_a)`` intermediate.
+    """
+    for name, x in (
+        ("query", query),
+        ("key", key),
+        ("value", value),
+        ("w_query", w_query),
+        ("w_key", w_key),
+        ("w_score", w_score),
+    ):
+        tensor(name, x, kind="float")
+    if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
+        raise ValueError(
+            "query, key and value need at least 2 dimensions (..., length, features), got "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "
+            f"{tuple(value.shape)} must have the same length S"
+        )
+    if w_score.dim() != 1:
+        raise ValueError(f"w_score must have shape (d_a,), got {tuple(w_score.shape)}")
+    d_a = w_score.shape[0]
+    for name, w, x, letter in (
+        ("w_query", w_query, query, "d_q"),
+        ("w_key", w_key, key, "d_k"),
+    ):
+        if tuple(w.shape) != (x.shape[-1], d_a):
+            raise ValueError(
+                f"{name} must have shape ({letter}, d_a) = ({x.shape[-1]}, {d_a}) (d_a from "
+                f"w_score), got {tuple(w.shape)}"
+            )
+    dtypes = {x.dtype for x in (query, key, value, w_query, w_key, w_score)}
+    if len(dtypes) != 1:
+        raise ValueError(
+            "query, key, value, w_query, w_key and w_score must have the same dtype, got "
+            f"{sorted(str(d) for d in dtypes)}"
+        )
+    batch = _broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
+        raise ValueError(
+            "the leading (batch) dimensions of query, key and value do not broadcast: "
+            f"query {tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}"
+        )
+    if mask is not None:
+        _check_broadcast_mask(mask, batch + (query.shape[-2], key.shape[-2]), query, key)
+
+    hidden_q = (query @ w_query).unsqueeze(-2)  # (..., T, 1, d_a)
+    hidden_k = (key @ w_key).unsqueeze(-3)  # (..., 1, S, d_a)
+    scores = torch.tanh(hidden_q + hidden_k) @ w_score  # (..., T, S, d_a) -> (..., T, S)
+    if mask is not None:
+        # As in scaled_dot_product_attention: the most negative finite number, then fully
+        # masked rows (which came out uniform) set to zero.
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S)
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return weights @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+
+
+class AdditiveAttention(nn.Module):
+    """Additive (Bahdanau) attention with learned ``W_query``, ``W_key`` and ``w_score``.
+
+    Chapter "Scaled dot-product attention", section "Additive attention against the dot
+    product". ``forward(query, key, value, mask=None)`` is :func:`additive_attention` with this
+    module's weights. ``w_query``, ``w_key`` and ``w_score`` are bias-free ``nn.Linear`` layers
+    (``(d_a, d_q)``, ``(d_a, d_k)`` and ``(1, d_a)`` in ``nn.Linear``'s layout, ``W^T``) with
+    PyTorch's default initialisation, whose variance is ``1 / (3 fan_in)``: the
+    pre-activation ``q W_query + k W_key`` has the same scale for every ``d_q`` and ``d_k``.
+
+    Args:
+        query_dim: ``d_q``, the size of a query.
+        key_dim: ``d_k``, the size of a key.
+        hidden_dim: ``d_a``, the width of the score's hidden layer.
+    """
+
+    def __init__(self, query_dim: int, key_dim: int, hidden_dim: int) -> None:
+        super().__init__()
+        self.query_dim = positive_int("query_dim", query_dim)
+        self.key_dim = positive_int("key_dim", key_dim)
+        self.hidden_dim = positive_int("hidden_dim", hidden_dim)
+        self.w_query = nn.Linear(query_dim, hidden_dim, bias=False)
+        self.w_key = nn.Linear(key_dim, hidden_dim, bias=False)
+        self.w_score = nn.Linear(hidden_dim, 1, bias=False)
+
+    def forward(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(..., T, d_q)``, ``(..., S, d_k)``, ``(..., S, d_v)`` -> ``(output, weights)``."""
+        return additive_attention(
+            query,
+            key,
+            value,
+            self.w_query.weight.T,  # (d_q, d_a)
+            self.w_key.weight.T,  # (d_k, d_a)
+            self.w_score.weight[0],  # (d_a,)
+            mask,
+        )
+
+    def extra_repr(self) -> str:
+        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, hidden_dim={self.hidden_dim}"
 
 
 # -- argument checks ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Autoregressive decoding: greedy search and beam search, plus the score beam search maximises.
+"""Autoregressive decoding: greedy search and beam search, plus the score beam search maximises;
+and sampling from a decoder-only language model (temperature, top-k, top-p).
 
 Chapters "The encoder–decoder picture" (section "Teacher forcing in training, one token at a
 time at inference"), "Training a Transformer" (section "Decoding the trained model") and
@@ -19,6 +20,12 @@ Beam search maximises the length-normalised log-probability of Wu et al. (2016),
 ``alpha = 0.6`` in the paper (section 6.1), over the ``n`` generated tokens (EOS included)::
 
     score(y) = sum_t log p(y_t | y_<t, x) / lp(n),    lp(n) = ((5 + n) / 6) ** alpha
+
+Sampling (:func:`next_token_probs`, :func:`generate`; chapter "From the paper to a language
+model", section "Sampling") draws each token from ``softmax(logits / temperature)``, optionally
+restricted to the ``top_k`` largest logits and to the nucleus of ``top_p`` (Holtzman et al.,
+2020). A temperature below ``MIN_TEMPERATURE`` (0 included) and ``top_k=1`` are greedy
+decoding: the argmax, the first of tied maxima, with no random number drawn.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from minitransformer._checks import finite_float, positive_int, tensor
+from minitransformer._checks import finite_float, ids, module, positive_int, tensor
 from minitransformer.data import PAD_ID, src_padding_mask
 from minitransformer.kv_cache import AttentionCache, KVCache
 
@@ -38,6 +45,9 @@ __all__ = [
     "beam_search_with_scores",
     "sequence_score",
     "length_penalty_factor",
+    "MIN_TEMPERATURE",
+    "next_token_probs",
+    "generate",
 ]
 
 
@@ -61,15 +71,19 @@ def _check_ids(model: nn.Module, **ids: object) -> None:
             raise ValueError(f"{name} must be < the model's tgt_vocab_size={vocab}, got {i}")
 
 
-def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor | None:
-    """Check ``src`` and ``src_mask``; return the mask every step uses (None: no padding)."""
-    tensor("src", src, kind="int", ndim=2, what="(B, S) of token ids")
+def _check_source(
+    src: Tensor, src_mask: Tensor | None, pad_id: int
+) -> tuple[Tensor, Tensor | None]:
+    """Check ``src`` and ``src_mask``; return ``src`` as int64 (any integer dtype of
+    ``_checks.ids``; the model checks its range) and the mask every step uses (None: no
+    padding)."""
+    src = ids("src", src, ndim=2, what="(B, S) of token ids", low=None)
     B, S = src.shape
     if S == 0:
         raise ValueError(f"src must have at least one position, got shape {tuple(src.shape)}")
     if src_mask is None:
         mask = src_padding_mask(src, pad_id)  # (B, 1, 1, S)
-        return None if bool(mask.all()) else mask  # no padding: nothing to hide
+        return src, None if bool(mask.all()) else mask  # no padding: nothing to hide
     tensor("src_mask", src_mask, kind="bool", ndim=4, what="(B, 1, 1, S)")
     if src_mask.shape[0] not in (1, B):
         raise ValueError(
@@ -81,7 +95,7 @@ def _check_source(src: Tensor, src_mask: Tensor | None, pad_id: int) -> Tensor |
             f"src_mask must have shape (B, 1, 1, S) = {(B, 1, 1, S)} for src "
             f"{tuple(src.shape)}, got {tuple(src_mask.shape)}"
         )
-    return src_mask
+    return src, src_mask
 
 
 class _EncoderDecoder(Protocol):
@@ -117,16 +131,16 @@ def _check_decode_args(
     eos_id: int | None,
     pad_id: int,
     cache_cls: type[AttentionCache] | None,
-) -> tuple[_EncoderDecoder, Tensor | None]:
-    """The checks both decoders share; returns ``model`` (see _check_model) and the
-    ``src_mask`` to use (see _check_source)."""
+) -> tuple[_EncoderDecoder, Tensor, Tensor | None]:
+    """The checks both decoders share; returns ``model`` (see _check_model), ``src`` as int64
+    and the ``src_mask`` to use (see _check_source)."""
     seq2seq = _check_model(model)
     _check_ids(model, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     if cache_cls is not None and not (
         isinstance(cache_cls, type) and issubclass(cache_cls, AttentionCache)
     ):
         raise TypeError(f"cache_cls must be a subclass of AttentionCache, got {cache_cls!r}")
-    return seq2seq, _check_source(src, src_mask, pad_id)
+    return seq2seq, *_check_source(src, src_mask, pad_id)
 
 
 def _ids(src: Tensor, shape: tuple[int, ...], fill: int) -> Tensor:
@@ -156,7 +170,9 @@ def greedy_decode(
     False recomputes the whole prefix. Same tokens either way.
     """
     max_len = positive_int("max_len", max_len)
-    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    seq2seq, src, src_mask = _check_decode_args(
+        model, src, src_mask, bos_id, eos_id, pad_id, cache_cls
+    )
     B = src.shape[0]
     if B == 0:
         return _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
@@ -265,7 +281,9 @@ def beam_search_with_scores(
     """
     max_len, k = positive_int("max_len", max_len), positive_int("beam_size", beam_size)
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
-    seq2seq, src_mask = _check_decode_args(model, src, src_mask, bos_id, eos_id, pad_id, cache_cls)
+    seq2seq, src, src_mask = _check_decode_args(
+        model, src, src_mask, bos_id, eos_id, pad_id, cache_cls
+    )
     B, device = src.shape[0], src.device
     if B == 0:
         out = _ids(src, (0, 1 if eos_id is not None else max_len), pad_id)
@@ -353,10 +371,12 @@ def sequence_score(
     outputs (chapter "Training a Transformer", section "Decoding the trained model").
     """
     seq2seq = _check_model(model)
-    tensor("seqs", seqs, kind="int", ndim=2, what="(B, L) of token ids")
+    vocab = getattr(model, "tgt_vocab_size", None)
+    within = "the model's target vocabulary" if vocab is not None else "the valid ids"
+    seqs = ids("seqs", seqs, ndim=2, what="(B, L) of token ids", high=vocab, within=within)
     alpha = finite_float("length_penalty", length_penalty, low=0.0)
     _check_ids(model, eos_id=eos_id, pad_id=pad_id)
-    src_mask = _check_source(src, src_mask, pad_id)
+    src, src_mask = _check_source(src, src_mask, pad_id)
     if seqs.shape[0] != src.shape[0]:
         raise ValueError(
             f"seqs (B, L) = {tuple(seqs.shape)} must have the batch size of src {tuple(src.shape)}"
@@ -377,3 +397,148 @@ def sequence_score(
         keep = torch.arange(L - 1, device=seqs.device) < n[:, None]  # (B, L - 1)
         score = (token_logp * keep).sum(-1) / length_penalty_factor(n, alpha)  # (B,)
     return score.clone()
+
+
+# -- sampling from a decoder-only language model -------------------------------------------
+
+#: Temperatures below this are greedy decoding. ``logits / temperature`` then could overflow
+#: float32 (logits of 1e3 at a temperature of 1e-36 are inf, and the softmax NaN), and a
+#: sampled token would differ from the argmax only between logits closer than
+#: ``MIN_TEMPERATURE * 30`` (``exp(-30) < 1e-13``): tied ones, whose order a sample ignores.
+MIN_TEMPERATURE = 1e-6
+
+
+def _nucleus(probs: Tensor, top_p: float) -> Tensor:
+    """``(B, V)`` True at the tokens of the smallest set whose probability reaches ``top_p``:
+    tokens in decreasing probability while the mass before them is below ``top_p``; a token
+    tied with the last one kept is kept too, so the set does not depend on how ``sort``
+    orders equal values (nor on the CPU)."""
+    sorted_probs = probs.sort(dim=-1, descending=True).values  # (B, V)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # (B, V) the mass ahead of each
+    # (the exact prefix sum minus the token itself: within a few ulps of the exclusive sum,
+    # as close to top_p as the cumulative sum itself is)
+    inside = before < top_p  # (B, V); the first token always (0 < top_p)
+    smallest = sorted_probs.masked_fill(~inside, float("inf")).amin(dim=-1, keepdim=True)
+    return probs >= smallest  # (B, V)
+
+
+def _check_top_p(top_p: object) -> float | None:
+    if top_p is None:
+        return None
+    return finite_float("top_p", top_p, low=0.0, high=1.0, low_open=True)
+
+
+def next_token_probs(
+    logits: Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Tensor:
+    """The sampling distribution ``(B, V)`` for next-token logits ``(B, V)``.
+
+    ``softmax(logits / temperature)`` restricted to the ``top_k`` largest logits (ties with
+    the k-th are kept) and then to the nucleus of ``top_p`` (the most probable tokens whose
+    probability reaches ``top_p``; ties with the last are kept), renormalised; None keeps
+    all, and so does ``top_p=1``. A temperature below 1 sharpens the distribution, above 1
+    flattens it; below ``MIN_TEMPERATURE`` it is its limit, uniform over the largest
+    logits (never a NaN). Section "Sampling".
+    """
+    tensor("logits", logits, kind="float", ndim=2, what="(B, V)")
+    temperature = finite_float("temperature", temperature, low=0.0, low_open=True)
+    top_p = _check_top_p(top_p)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # half -> float32
+    if temperature < MIN_TEMPERATURE:  # the limit: only the maxima (uniform among ties)
+        top = logits.amax(dim=-1, keepdim=True)
+        logits = torch.zeros_like(logits).masked_fill(logits < top, float("-inf"))
+    else:
+        logits = logits / temperature
+    if top_k is not None and positive_int("top_k", top_k) < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    if top_p is None or top_p == 1.0:
+        return probs
+    return torch.softmax(logits.masked_fill(~_nucleus(probs, top_p), float("-inf")), dim=-1)
+
+
+def generate(
+    model: nn.Module,
+    prompt: Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    eos_id: int | None = None,
+    pad_id: int = PAD_ID,
+    use_cache: bool = True,
+    cache: KVCache | None = None,
+) -> Tensor:
+    """Continue ``prompt`` ``(B, T0)`` by ``max_new_tokens`` tokens: ``(B, T0 + n)`` ids.
+
+    ``model``: a decoder-only language model (a
+    :class:`~minitransformer.lm.DecoderOnlyTransformer`): ``model(ids, cache=)`` gives
+    ``(B, T, V)`` logits, ``model.max_len`` its positions. Each step draws the next token
+    from :func:`next_token_probs` (``temperature``, ``top_k``, ``top_p``) with ``generator``
+    (seeded: the same tokens every run), or takes the most likely one (greedy, the first of
+    tied maxima, no random number drawn) when ``temperature`` is below
+    ``MIN_TEMPERATURE`` (``temperature=0``) or ``top_k=1``. A row that produces
+    ``eos_id`` is filled with ``pad_id`` after it, and generation stops early once every
+    row has. The whole output must fit ``model.max_len`` positions.
+
+    ``use_cache=True`` feeds the prompt once and then one token per step, keeping the keys and
+    values of earlier positions in a :class:`~minitransformer.kv_cache.KVCache` (``cache``: an
+    empty one to use, to inspect it afterwards); ``False`` re-reads the whole sequence every
+    step. Both give the same tokens. Does not change the model's mode: call ``model.eval()``
+    first. Section "Sampling" of the chapter "From the paper to a language model".
+    """
+    module("model", model)
+    vocab = getattr(model, "vocab_size", None)
+    prompt = ids(
+        "prompt", prompt, ndim=2, what="(B, T0)", high=vocab if isinstance(vocab, int) else None
+    )
+    max_new_tokens = positive_int("max_new_tokens", max_new_tokens)
+    temperature = finite_float("temperature", temperature, low=0.0)
+    top_p = _check_top_p(top_p)
+    if top_k is not None:
+        top_k = positive_int("top_k", top_k)
+    greedy = temperature < MIN_TEMPERATURE or top_k == 1
+    B, T0 = prompt.shape
+    max_len = int(model.max_len)  # type: ignore[arg-type]  # a DecoderOnlyTransformer's
+    if T0 == 0 or T0 + max_new_tokens > max_len:
+        raise ValueError(
+            f"prompt {tuple(prompt.shape)} plus max_new_tokens={max_new_tokens} "
+            f"must fit 1 to max_len={max_len} positions"
+        )
+    if cache is not None and (not use_cache or cache.length):
+        raise ValueError(
+            f"cache must be an empty KVCache and use_cache True, got a cache of "
+            f"length {cache.length} and use_cache={use_cache}"
+        )
+    if use_cache and cache is None:
+        cache = KVCache.for_model(model, T0 + max_new_tokens)
+    out = torch.full((B, T0 + max_new_tokens), pad_id, dtype=torch.long, device=prompt.device)
+    out[:, :T0] = prompt
+    finished = torch.zeros(B, dtype=torch.bool, device=prompt.device)
+    length = T0
+    with torch.inference_mode():  # no autograd bookkeeping: many small steps
+        while length < T0 + max_new_tokens:
+            if cache is None:
+                logits = model(out[:, :length])[:, -1]  # (B, V): the whole sequence again
+            else:  # the prompt at the first step, then only the newest token
+                logits = model(out[:, cache.length : length], cache=cache)[:, -1]  # (B, V)
+            if greedy:
+                next_token = logits.argmax(dim=-1)  # (B,)
+            else:
+                probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+                next_token = torch.multinomial(probs, 1, generator=generator)[:, 0]  # (B,)
+            if eos_id is not None:
+                next_token = next_token.masked_fill(finished, pad_id)  # ended rows only pad
+                finished |= next_token == eos_id
+            out[:, length] = next_token
+            length += 1
+            if eos_id is not None and bool(finished.all()):
+                break
+    return out[:, :length]  # (B, T0 + n)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from minitransformer._checks import positive_int, tensor
+from minitransformer._checks import ids, positive_int, tensor
 
 __all__ = [
     "AttentionCache",
@@ -78,7 +78,9 @@ class AttentionCache:
         """The key and value buffers (allocated by the first :meth:`update`)."""
         keys, values = self.keys, self.values
         if keys is None or values is None:
-            raise ValueError("the cache is empty: nothing has been stored yet")
+            raise ValueError(
+                "the cache is empty: nothing has been stored yet (call update() first)"
+            )
         return keys, values
 
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:
@@ -111,6 +113,18 @@ class AttentionCache:
                 f"{tuple(key.shape)} and value {tuple(value.shape)}"
             )
         n = key.shape[2]
+        state = self.__dict__.copy()  # references only: put back if anything below raises
+        try:
+            return self._update(key, value, n, source)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(state)  # the cache as it was (the buffers it had)
+            raise
+
+    def _update(
+        self, key: Tensor, value: Tensor, n: int, source: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`update` after the checks of its arguments' kinds and shapes."""
         if self.keys is None:
             self._allocate(key, value, n if self.static else max(self.max_len or 0, n, 1))
             self._like = (
@@ -122,7 +136,10 @@ class AttentionCache:
                 key.device,
             )
         elif self.static:
-            raise ValueError("a static (cross-attention) cache is filled once")
+            raise ValueError(
+                "key: a static (cross-attention) cache is filled once, and this one holds "
+                f"{self.length} positions already; use a new KVCache for each source batch"
+            )
         else:
             got = (key.shape[0], key.shape[1], key.shape[3], value.shape[3], key.dtype, key.device)
             if got != self._like:
@@ -195,17 +212,31 @@ class AttentionCache:
     def get(self) -> tuple[Tensor, Tensor]:
         """The cached keys and values, ``(B, h_kv, length, d)``."""
         if self.keys is None:
-            raise ValueError("the cache is empty: nothing has been stored yet")
+            raise ValueError(
+                "the cache is empty: nothing has been stored yet (call update() first)"
+            )
         return self._read(self.length)
 
+    def _check_index(self, index: object) -> Tensor:
+        """``index`` ``(B',)`` as int64 (any integer dtype of ``_checks.ids``), in ``[0, B)``
+        once the cache holds a batch of ``B`` rows."""
+        index = ids("index", index, ndim=1, what="(B',)", low=None)
+        if self.keys is not None:
+            B = self.keys.shape[0]
+            if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
+                raise ValueError(f"index {index.tolist()} must lie in [0, B={B})")
+        return index
+
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` ``(B',)`` (beam search: the row each survivor came from)."""
-        tensor("index", index, kind="int", ndim=1, what="(B',)")
+        """Keep batch rows ``index`` ``(B',)`` (beam search: the row each survivor came from):
+        an integer tensor of any dtype of ``minitransformer._checks.ID_DTYPES``."""
+        self._reorder(self._check_index(index))
+
+    def _reorder(self, index: Tensor) -> None:
+        """:meth:`reorder` of an ``index`` that ``_check_index`` returned."""
         if self.keys is None:
             return
         B = self.keys.shape[0]
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= B):
-            raise ValueError(f"index {index.tolist()} must lie in [0, B={B})")
         index = index.to(self.keys.device)
         for name in self._BUFFERS:
             buffer = getattr(self, name)  # (B, h_kv, max_len, d)
@@ -305,11 +336,17 @@ class KVCache:
         and saves copying them, when every row of ``index`` comes from a row of the same
         source, whose keys and values are the same: beam search's ``(B, k)`` layout, where a
         hypothesis always extends one of its own example's beams.
+
+        ``index`` is checked against every layer before any changes, so that a bad one
+        leaves the cache as it was.
         """
-        for layer in self.layers:
-            layer.self_attn.reorder(index)
-            if cross_attention and layer.cross_attn is not None:
-                layer.cross_attn.reorder(index)
+        caches = [layer.self_attn for layer in self.layers]
+        if cross_attention:
+            caches += [layer.cross_attn for layer in self.layers if layer.cross_attn is not None]
+        for attention_cache in caches:
+            index = attention_cache._check_index(index)
+        for attention_cache in caches:
+            attention_cache._reorder(index)
 
     @property
     def self_attn_nbytes(self) -> int:

@@ -2,6 +2,7 @@
 
     minitransformer-kv llama-2-7b --seq-len 4096 --batch-size 8 --dtype bf16
     minitransformer-kv path/to/config.json --json       # a Hugging Face config
+    minitransformer-kv google/gemma-2-9b --seq-len 8192  # a published config it holds
     python -m minitransformer.kv_cli --help
 
 It prints the table of :func:`minitransformer.kv_memory.report`, or with ``--json`` the dict of
@@ -16,7 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-from minitransformer.kv_memory import DTYPE_BYTES, MODEL_CONFIGS, ModelConfig, estimate, report
+from minitransformer.kv_memory import (
+    DTYPE_BYTES,
+    HF_CONFIGS,
+    MODEL_CONFIGS,
+    ModelConfig,
+    estimate,
+    report,
+)
 
 __all__ = ["main"]
 
@@ -39,16 +47,21 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "KV-cache memory of a decoder: 2 (K and V) x batch x positions x layers x "
-            "KV heads x head_dim x bytes per element. Prints the bytes per token, per "
-            "sequence and per batch, and what grouped-query attention saves."
+            "KV heads x head_dim x bytes per element, summed layer by layer (sliding windows "
+            "cap the positions of their layers; multi-head latent attention caches a latent "
+            "instead of K and V). Prints the bytes per token, per sequence and per batch, and "
+            "what grouped-query or latent attention saves. A config.json is read by the rules "
+            "of its model_type; an unknown one is refused."
         ),
-        epilog=f"Known models: {', '.join(sorted(MODEL_CONFIGS))}. Example: {PROG} llama-2-7b "
+        epilog=f"Known models: {', '.join(sorted(MODEL_CONFIGS))}; published configs: "
+        f"{', '.join(HF_CONFIGS)}. Example: {PROG} llama-2-7b "
         "--seq-len 4096 --batch-size 8 --dtype bf16",
     )
     parser.add_argument(
         "model",
         nargs="?",
-        help="a known model (see below), or a Hugging Face config.json (or its folder); omit "
+        help="a known model or published config (see below), or a Hugging Face config.json "
+        "(or its folder); omit "
         "it and give --layers, --kv-heads and --head-dim for your own model",
     )
     parser.add_argument(
@@ -76,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dtype",
         choices=list(DTYPE_BYTES),
-        help="element type of the cache (default: the config's, else bf16)",
+        help="element type of the cache (default: the config's torch_dtype, else bf16; "
+        "needed where the config says 'auto' or nothing)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of the table")
     parser.add_argument("--list", action="store_true", help="list the known models and exit")
@@ -96,6 +110,8 @@ def _model_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             parser.error("give a model or --layers/--heads/--kv-heads/--head-dim, not both")
         if args.model.lower() in MODEL_CONFIGS:
             return MODEL_CONFIGS[args.model.lower()]
+        if args.model in HF_CONFIGS:
+            return ModelConfig.from_hf_config(HF_CONFIGS[args.model], name=args.model)
         if Path(args.model).exists():
             try:
                 return ModelConfig.from_hf_config(args.model)
@@ -103,7 +119,8 @@ def _model_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                 parser.error(str(exc))
         parser.error(
             f"unknown model {args.model!r}: neither a known model "
-            f"({', '.join(sorted(MODEL_CONFIGS))}) nor a config.json file"
+            f"({', '.join(sorted(MODEL_CONFIGS))}), nor a published config "
+            f"({', '.join(HF_CONFIGS)}), nor a config.json file"
         )
     missing = [flag for flag, value in custom.items() if value is None]
     if missing:
@@ -130,31 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.list:
+        known = sorted(MODEL_CONFIGS.items()) + [
+            (name, ModelConfig.from_hf_config(fields, name=name))
+            for name, fields in HF_CONFIGS.items()
+        ]
         if args.json:
-            print(
-                json.dumps(
-                    {name: cfg.to_dict() for name, cfg in sorted(MODEL_CONFIGS.items())}, indent=2
-                )
-            )
+            print(json.dumps({name: cfg.to_dict() for name, cfg in known}, indent=2))
             return 0
-        for name, cfg in sorted(MODEL_CONFIGS.items()):
+        for name, cfg in known:
             print(
-                f"{name:<18} {cfg.num_layers:>3} layers, {cfg.num_heads:>2} heads, "
-                f"{cfg.num_kv_heads:>2} KV heads, head_dim {cfg.head_dim}  ({cfg.source})"
+                f"{name:<33} {cfg.num_layers:>3} layers, {cfg.num_heads:>3} heads, "
+                f"{cfg.num_kv_heads:>3} KV heads, head_dim {cfg.head_dim:>3}, {cfg.attention}"
+                f"  ({cfg.source})"
             )
         return 0
     cfg = _model_config(parser, args)
     seq_len = args.seq_len if args.seq_len is not None else (cfg.max_len or 1024)
-    dtype = args.dtype or cfg.dtype or "bf16"
-    try:
+    try:  # dtype None: the config's, else bf16 (the table says which)
         if args.json:
-            print(
-                json.dumps(
-                    estimate(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len), indent=2
-                )
-            )
+            est = estimate(cfg, seq_len, args.batch_size, args.dtype, src_len=args.src_len)
+            print(json.dumps(est, indent=2))
         else:
-            print(report(cfg, seq_len, args.batch_size, dtype, src_len=args.src_len))
+            print(report(cfg, seq_len, args.batch_size, args.dtype, src_len=args.src_len))
     except ValueError as exc:  # e.g. --src-len for a decoder-only model
         parser.error(str(exc))
     return 0

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitransformer._checks import positive_int, probability, tensor
+from minitransformer._checks import ids, positive_int, probability, tensor
 from minitransformer.attention import MultiHeadAttention, causal_mask, check_mask
 from minitransformer.kv_cache import KVCache, LayerCache
 from minitransformer.positional import PositionalEncoding
@@ -614,7 +614,7 @@ class Transformer(nn.Module):
         if not isinstance(embedding, nn.Embedding):
             raise TypeError(f"embedding must be an nn.Embedding, got {type(embedding).__name__}")
         start = positive_int("start", start, allow_zero=True)
-        self._check_tokens("tokens", tokens, embedding, start)
+        tokens = self._check_tokens("tokens", tokens, embedding, start)
         return self._embed(tokens, embedding, start)
 
     def _embed(self, tokens: Tensor, embedding: nn.Embedding, start: int = 0) -> Tensor:
@@ -623,7 +623,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids ``(B, S)`` -> memory ``(B, S, d_model)``; ``src_mask`` ``(B, 1, 1, S)``,
         True at real tokens."""
-        self._check_tokens("src", src, self.src_embed)
+        src = self._check_tokens("src", src, self.src_embed)
         check_mask("src_mask", src_mask, (src.shape[0], 1, 1, src.shape[1]), allow_2d=False)
         return self.encoder(self._embed(src, self.src_embed), _unless_all_true(src_mask))
 
@@ -645,7 +645,7 @@ class Transformer(nn.Module):
         cached step; the cache remembers them.
         """
         start = 0 if cache is None else cache.length
-        self._check_tokens("tgt", tgt, self.tgt_embed, start)
+        tgt = self._check_tokens("tgt", tgt, self.tgt_embed, start)
         B, T = tgt.shape
         cross_mask = self._check_memory(memory, src_mask, B, cache)
         check_mask("tgt_mask", tgt_mask, (B, self.num_heads, T, start + T))
@@ -717,14 +717,11 @@ class Transformer(nn.Module):
     # -- input checks -------------------------------------------------------------------
     def _check_tokens(
         self, name: str, tokens: Tensor, embedding: nn.Embedding, start: int = 0
-    ) -> None:
-        tensor(name, tokens)
-        if tokens.dtype not in (torch.int64, torch.int32):
-            raise TypeError(
-                f"{name} must hold integer token ids (torch.long), got dtype {tokens.dtype}"
-            )
-        if tokens.dim() != 2:
-            raise ValueError(f"{name} must have shape (B, length), got {tuple(tokens.shape)}")
+    ) -> Tensor:
+        """``tokens`` ``(B, length)`` as int64 (``_checks.ids``: any integer dtype torch
+        indexes with), on the model's device, fitting ``max_len`` from ``start`` and the
+        vocabulary of ``embedding``."""
+        tokens = ids(name, tokens, ndim=2, what="(B, length)", low=None)  # range: below
         if tokens.device != embedding.weight.device:
             raise ValueError(
                 f"{name} is on {tokens.device}, the model on {embedding.weight.device}"
@@ -735,13 +732,7 @@ class Transformer(nn.Module):
                 f"{name} has length {tokens.shape[1]}{at} > max_len={self.max_len} (shape "
                 f"{tuple(tokens.shape)}); build the model with a larger max_len"
             )
-        if tokens.numel() and tokens.device.type != "meta":
-            lo, hi = (int(x) for x in torch.aminmax(tokens))  # one pass over the ids
-            if lo < 0 or hi >= embedding.num_embeddings:
-                raise ValueError(
-                    f"{name} holds ids in [{lo}, {hi}], outside the vocabulary "
-                    f"[0, {embedding.num_embeddings})"
-                )
+        return ids(name, tokens, high=embedding.num_embeddings)  # one pass over the ids
 
     def _check_memory(
         self, memory: Tensor, src_mask: Tensor | None, B: int, cache: KVCache | None

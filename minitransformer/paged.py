@@ -100,20 +100,20 @@ class PagedKVCache:
                 f"d={self.head_dim}), got key {tuple(key.shape)} and value {tuple(value.shape)}"
             )
         n = key.shape[1]
-        table = self.block_tables.setdefault(seq_id, [])
-        length = self.lengths.setdefault(seq_id, 0)
+        table = self.block_tables.get(seq_id, [])
+        length = self.lengths.get(seq_id, 0)
         missing = self.blocks_needed(length + n) - len(table)
-        if missing > len(self._free):
-            if not table:  # do not leave an empty entry for a sequence that never started
-                del self.block_tables[seq_id], self.lengths[seq_id]
+        if missing > len(self._free):  # raised before any change
             raise OutOfBlocksError(
                 f"sequence {seq_id!r} needs {missing} more block(s) of {self.block_size} "
                 f"positions to grow from {length} to {length + n}, but only "
                 f"{len(self._free)} of {self.num_blocks} blocks are free; free a finished "
                 "sequence or make the pool larger"
             )
-        for _ in range(missing):
-            table.append(self._free.pop())
+        # The blocks are taken only after the copy succeeded (a copy that fails midway changes
+        # only positions no sequence has filled, which gather() never reads).
+        taken = self._free[len(self._free) - missing :][::-1]  # what pop() would give
+        owned, table = table, table + taken
         # Copy block by block: position p lives in block table[p // block_size] at slot
         # p % block_size.
         written = 0
@@ -124,12 +124,19 @@ class PagedKVCache:
             self.keys[block, :, slot : slot + take] = key[:, written : written + take]
             self.values[block, :, slot : slot + take] = value[:, written : written + take]
             written += take
+        if missing:
+            del self._free[len(self._free) - missing :]
+        owned += taken  # the same list object: a table read earlier keeps growing
+        self.block_tables[seq_id] = owned
         self.lengths[seq_id] = length + n
 
     def gather(self, seq_id: object) -> tuple[Tensor, Tensor]:
         """The keys and values of ``seq_id``, contiguous: two ``(h_kv, length, d)`` tensors."""
         if seq_id not in self.block_tables:
-            raise KeyError(f"unknown sequence {seq_id!r}; known: {list(self.block_tables)}")
+            raise KeyError(
+                f"seq_id {seq_id!r} is not a sequence of this cache; known: "
+                f"{list(self.block_tables)}"
+            )
         table = torch.tensor(self.block_tables[seq_id], dtype=torch.long, device=self.keys.device)
         length = self.lengths[seq_id]
         h, d = self.num_kv_heads, self.head_dim
@@ -144,7 +151,10 @@ class PagedKVCache:
     def free(self, seq_id: object) -> None:
         """Return the blocks of ``seq_id`` to the pool and forget the sequence."""
         if seq_id not in self.block_tables:
-            raise KeyError(f"unknown sequence {seq_id!r}; known: {list(self.block_tables)}")
+            raise KeyError(
+                f"seq_id {seq_id!r} is not a sequence of this cache; known: "
+                f"{list(self.block_tables)}"
+            )
         # Push back in reverse so that a new sequence reuses them in the same order.
         self._free.extend(reversed(self.block_tables.pop(seq_id)))
         del self.lengths[seq_id]

@@ -4,13 +4,20 @@ Chapters call :func:`use_style` once at the top (the only function that changes 
 global settings), make a figure with :func:`figure`, draw with the helpers below and show it
 with :func:`show`. Each helper draws on an ``Axes`` it is given and
 returns what it drew, so chapters make no matplotlib calls of their own. Data arguments
-(``Numbers``) take a list, a NumPy array or a tensor. Figures stay at most
-:data:`MAX_WIDTH` inches wide: the book's text column is about 730 px, so a wider figure is
-scaled down and its 10-point labels fall below 9 px.
+(``Numbers``) take a list, a NumPy array or a tensor.
+
+Figures are read in a desk browser's 684 px column and in a phone's 358 px one, where a
+figure is scaled down to fit. All text is :data:`FONT_SIZE` points (titles a point more), so
+that a figure of the default 6.4 inches still shows its smallest text at 9 CSS px on a phone;
+:func:`show` records that smallest size in the PNG, and the book never shows a wider figure
+smaller than the width at which its text reads at 9 px (it scrolls sideways in its box
+instead: ``book/_static/reading.js``). Figures stay at most :data:`MAX_WIDTH` inches wide.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 Numbers: TypeAlias = ArrayLike | Tensor
 
 __all__ = [
+    "FONT_SIZE",
     "STYLE",
     "COLORS",
     "MAX_WIDTH",
@@ -60,8 +68,15 @@ __all__ = [
     "box",
     "arrow",
     "note",
+    "TEXT_SIZE_KEY",
+    "smallest_text_px",
     "show",
 ]
+
+#: The size, in points, of every label, tick label, legend and note. At 100 dpi a 6.4-inch
+#: figure is 640 px wide; a phone's 358 px column shows it at 0.56 of that, and 12-point text
+#: (16.7 px) at 9.3 px.
+FONT_SIZE = 12
 
 STYLE: dict[RcKeyType, Any] = {
     "figure.dpi": 100,
@@ -71,10 +86,14 @@ STYLE: dict[RcKeyType, Any] = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.titlesize": 11,
-    "axes.labelsize": 10,
-    "legend.fontsize": 9,
-    "font.size": 10,
+    "axes.titlesize": FONT_SIZE + 1,
+    "figure.titlesize": FONT_SIZE + 1,
+    "axes.labelsize": FONT_SIZE,
+    "xtick.labelsize": FONT_SIZE,
+    "ytick.labelsize": FONT_SIZE,
+    "legend.fontsize": FONT_SIZE,
+    "legend.title_fontsize": FONT_SIZE,
+    "font.size": FONT_SIZE,
     "image.cmap": "viridis",
 }
 
@@ -96,7 +115,8 @@ _CYCLE = [
     "#8c564b",
 ]
 
-#: The widest figure, in inches, whose 10-point labels stay >= 9 px in a 730 px column.
+#: The widest figure in inches. At 1000 px it is shown at 0.68 of its size in a desk
+#: browser's column (labels at 11 px), and at 0.54 on a phone, in a box that scrolls sideways.
 MAX_WIDTH = 10.0
 
 
@@ -173,7 +193,7 @@ def finish_axes(
 
 
 def _as_array(values: Numbers, name: str = "values") -> np.ndarray:
-    if hasattr(values, "detach"):
+    if isinstance(values, Tensor):
         values = values.detach().cpu()
     try:
         return np.asarray(values, dtype=float)
@@ -230,7 +250,7 @@ def heatmap(
                     fmt.format(m[i, j]),
                     ha="center",
                     va="center",
-                    fontsize=8,
+                    fontsize=FONT_SIZE,
                     color="white" if m[i, j] < mid else "black",
                 )
     if colorbar:
@@ -281,24 +301,27 @@ def attention_heatmaps(
     for ax in axes[h:]:  # the unused places of the last row
         ax.remove()
     axes = axes[:h]
+    images = []
     for i, ax in enumerate(axes):
         row, col = divmod(i, ncols)
         bottom = i + ncols >= h  # no map below this one
-        im = heatmap(
-            ax,
-            w[i],
-            xlabels,
-            ylabels if col == 0 else None,
-            vmin=0.0,
-            vmax=1.0,
-            title=titles[i] if titles else (f"head {i}" if h > 1 else None),
-            xlabel=xlabel if bottom else None,
-            ylabel=ylabel if col == 0 else None,
-            colorbar=False,
+        images.append(
+            heatmap(
+                ax,
+                w[i],
+                xlabels,
+                ylabels if col == 0 else None,
+                vmin=0.0,
+                vmax=1.0,
+                title=titles[i] if titles else (f"head {i}" if h > 1 else None),
+                xlabel=xlabel if bottom else None,
+                ylabel=ylabel if col == 0 else None,
+                colorbar=False,
+            )
         )
         if col:
             ax.set_yticks([])
-    fig.colorbar(im, ax=list(axes), shrink=0.8)
+    fig.colorbar(images[0], ax=list(axes), shrink=0.8)  # every map has the same scale, 0 to 1
     if suptitle:
         fig.suptitle(suptitle)
     return fig, axes
@@ -316,7 +339,7 @@ def mask_heatmap(
 ) -> AxesImage:
     """Draw a boolean ``(T, S)`` mask: dark = may attend (True), light = blocked; cells show
     "1" / "0" when there are at most 144. Returns the image."""
-    m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask)
+    m = np.asarray(mask.detach().cpu() if isinstance(mask, Tensor) else mask)
     if m.ndim != 2:
         raise ValueError(f"mask_heatmap needs a 2-D (T, S) mask, got shape {m.shape}")
     if m.dtype != bool:
@@ -347,7 +370,7 @@ def mask_heatmap(
                     "1" if m[i, j] else "0",
                     ha="center",
                     va="center",
-                    fontsize=8,
+                    fontsize=FONT_SIZE,
                     color="white" if m[i, j] else "#777777",
                 )
     return im
@@ -538,7 +561,7 @@ def reference_line(
                 xytext=(4, 0),
                 textcoords="offset points",
                 color=COLORS["reference"],
-                fontsize=9,
+                fontsize=FONT_SIZE,
             )
         else:
             ax.annotate(
@@ -548,7 +571,7 @@ def reference_line(
                 xytext=(0, 3),
                 textcoords="offset points",
                 color=COLORS["reference"],
-                fontsize=9,
+                fontsize=FONT_SIZE,
             )
     return line
 
@@ -632,8 +655,9 @@ def seeds_plot(
     title: str | None = None,
 ) -> tuple[PathCollection, ErrorbarContainer]:
     """Results of several seeds per setting: each seed as a faint dot, the mean +- one
-    standard deviation as a line with error bars. ``values`` holds one list of per-seed
-    results per category. Returns ``(dots, errorbar)``."""
+    sample standard deviation (ddof = 1, the book's convention; none for a single seed) as a
+    line with error bars. ``values`` holds one list of per-seed results per category. Returns
+    ``(dots, errorbar)``."""
     rows = [_as_array(v, "values") for v in values]
     if len(rows) != len(categories) or any(r.ndim != 1 or r.size == 0 for r in rows):
         raise ValueError(
@@ -647,7 +671,8 @@ def seeds_plot(
     dots = ax.scatter(
         xs, np.concatenate(rows), color=COLORS["measured"], alpha=0.5, s=14, label="single seeds"
     )
-    means, sds = np.array([r.mean() for r in rows]), np.array([r.std() for r in rows])
+    means = np.array([r.mean() for r in rows])
+    sds = np.array([r.std(ddof=1) if r.size > 1 else 0.0 for r in rows])
     bars = ax.errorbar(
         positions, means, yerr=sds, fmt="o-", color=COLORS["second"], capsize=3, label="mean ± sd"
     )
@@ -676,7 +701,7 @@ def annotate(
     if point:
         ax.scatter([xy[0]], [xy[1]], color=COLORS["measured"], s=20, zorder=3)
     props = dict(arrowstyle="->", color=COLORS["theory"]) if arrow and xytext is not None else None
-    return ax.annotate(text, xy, xytext=xytext, arrowprops=props, fontsize=9)
+    return ax.annotate(text, xy, xytext=xytext, arrowprops=props, fontsize=FONT_SIZE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,7 +732,7 @@ def box(
     *,
     color: str = "#eeeeee",
     rounded: bool = False,
-    fontsize: float = 9,
+    fontsize: float = FONT_SIZE,
     text_color: str = "black",
 ) -> Patch:
     """A filled box with its lower-left corner at ``xy`` and ``text`` in its centre. Returns
@@ -757,7 +782,7 @@ def arrow(
     ax.add_patch(patch)
     if text:
         (x0, y0), (x1, y1) = points[-2], points[-1]
-        ax.text((x0 + x1) / 2, (y0 + y1) / 2, text, ha="center", va="bottom", fontsize=8)
+        ax.text((x0 + x1) / 2, (y0 + y1) / 2, text, ha="center", va="bottom", fontsize=FONT_SIZE)
     return patch
 
 
@@ -766,7 +791,7 @@ def note(
     xy: tuple[float, float],
     text: str,
     *,
-    fontsize: float = 9,
+    fontsize: float = FONT_SIZE,
     color: str = "black",
     circled: bool = False,
     **kwargs: Any,
@@ -783,14 +808,49 @@ def note(
     return ax.text(xy[0], xy[1], text, **style)
 
 
+#: The PNG text chunk that holds a figure's smallest text, read by book/_static/reading.js and
+#: tests/html/check_html.py.
+TEXT_SIZE_KEY = "minitransformer:smallest-text-px"
+
+
+def smallest_text_px(fig: Figure) -> float:
+    """The size, in pixels of the figure's image, of the smallest visible text of ``fig``
+    (labels, tick labels, legends, notes), as drawn now; 0.0 for a figure without text."""
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
+    fig.canvas.draw()  # lays the figure out and makes its tick labels
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    sizes = [
+        float(text.get_fontsize())
+        for text in fig.findobj(Text)
+        if text.get_visible()
+        and text.get_text().strip()
+        and text.get_window_extent(renderer).overlaps(fig.bbox)
+    ]
+    return min(sizes, default=0.0) * fig.dpi / 72
+
+
 def show(fig: Figure) -> None:
     """Show ``fig`` once, as the output of the current notebook cell, and close it.
 
-    Displayed as a plain image (JupyterLab and the HTML book, where the next caption cell makes
-    it a numbered figure), then closed so the inline backend does not draw it again. nbval
-    compares its text form, ``<Figure size 640x360 with 2 Axes>``: the layout, not the pixels.
+    Displayed as a PNG (JupyterLab and the HTML book, where the next caption cell makes it a
+    numbered figure) that records the size of its smallest text (:func:`smallest_text_px`,
+    under :data:`TEXT_SIZE_KEY`), then closed so the inline backend does not draw it again.
+    nbval compares its text form, ``<Figure size 640x360 with 2 Axes>``: the layout, not the
+    pixels.
     """
     from IPython.display import display  # notebooks only
 
-    display(fig)
+    px = smallest_text_px(fig)
+    png = io.BytesIO()
+    fig.savefig(
+        png,
+        format="png",
+        dpi=fig.dpi,
+        bbox_inches="tight",
+        facecolor=fig.get_facecolor(),
+        metadata={TEXT_SIZE_KEY: f"{px:.2f}"},
+    )
+    image = base64.b64encode(png.getvalue()).decode("ascii")
+    display({"image/png": image, "text/plain": repr(fig)}, raw=True)
     plt.close(fig)

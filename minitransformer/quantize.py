@@ -126,16 +126,16 @@ class Int8AttentionCache(AttentionCache):
 
     _BUFFERS = ("keys", "values", "key_scales", "value_scales")
 
-    def _allocate(self, like_k: Tensor, like_v: Tensor, capacity: int) -> None:
+    def _allocate(self, like_k: Tensor, like_v: Tensor, max_len: int) -> None:
         B, h_kv, _, d_k = like_k.shape
         self.dtype = like_k.dtype  # what attention gets back
-        self.keys = torch.empty(B, h_kv, capacity, d_k, dtype=torch.int8, device=like_k.device)
+        self.keys = torch.empty(B, h_kv, max_len, d_k, dtype=torch.int8, device=like_k.device)
         self.values = torch.empty(
-            B, h_kv, capacity, like_v.shape[-1], dtype=torch.int8, device=like_v.device
+            B, h_kv, max_len, like_v.shape[-1], dtype=torch.int8, device=like_v.device
         )
-        self.key_scales = torch.empty(B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_k.device)
+        self.key_scales = torch.empty(B, h_kv, max_len, 1, dtype=SCALE_DTYPE, device=like_k.device)
         self.value_scales = torch.empty(
-            B, h_kv, capacity, 1, dtype=SCALE_DTYPE, device=like_v.device
+            B, h_kv, max_len, 1, dtype=SCALE_DTYPE, device=like_v.device
         )
 
     def _write(self, start: int, end: int, key: Tensor, value: Tensor) -> None:

@@ -47,7 +47,10 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
+from torch import Tensor
+
 from minitransformer._checks import as_int, positive_int
+from minitransformer._checks import ids as id_tensor
 
 __all__ = [
     "PAD",
@@ -108,23 +111,45 @@ def _utf8(text: str) -> bytes:
         ) from None
 
 
+def _id_list(
+    name: str, ids: object, high: int | None = None, *, kind: str = "a sequence"
+) -> list[int]:
+    """Token ids as a list of Python ints, each in ``[0, high)``: a sequence or iterable of
+    ints (NumPy ints and 0-d integer tensors included), or a 1-D integer tensor of any dtype
+    of ``_checks.ids``. TypeError/ValueError naming ``name[i]``, before anything is done."""
+    if isinstance(ids, Tensor):
+        items: Iterable[object] = id_tensor(name, ids, ndim=1, what="(N,)", low=None).tolist()
+    elif isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"{name} must be {kind} of ints, got {type(ids).__name__}")
+    else:
+        items = ids
+    out = [as_int(f"{name}[{i}]", x) for i, x in enumerate(items)]
+    for i, x in enumerate(out):
+        if x < 0 or (high is not None and x >= high):
+            where = f"[0, {high})" if high is not None else ">= 0"
+            raise ValueError(f"{name}[{i}] = {x} is outside the vocabulary {where}")
+    return out
+
+
+def _id(name: str, value: object) -> int:
+    i = as_int(name, value)
+    if i < 0:
+        raise ValueError(f"{name} must be >= 0, got {i}")
+    return i
+
+
 def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
     """One merge step of BPE: ``ids`` with every occurrence of ``pair`` replaced by
     ``new_id``, scanning left to right, so that of overlapping occurrences the left one merges:
     ``merge_pair([5, 5, 5], (5, 5), 9) == [9, 5]``. Section "Byte-pair encoding"."""
-    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"ids must be a sequence of ints, got {type(ids).__name__}")
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise TypeError(f"pair must be a pair of ints (left, right), got {pair!r}")
-
-    def token_id(name: str, value: object) -> int:
-        return positive_int(name, value, allow_zero=True)
-
-    return _merge(
-        [token_id(f"ids[{i}]", x) for i, x in enumerate(ids)],
-        (token_id("pair[0]", pair[0]), token_id("pair[1]", pair[1])),
-        token_id("new_id", new_id),
-    )
+    word = _id_list("ids", ids)
+    given: object = pair  # checked at run time, whatever the annotation promises
+    if isinstance(given, Tensor) and given.dim() == 1:
+        given = id_tensor("pair", given, low=None).tolist()
+    if not isinstance(given, (tuple, list)) or len(given) != 2:
+        raise TypeError(f"pair must be a pair of ints (left, right), got {given!r}")
+    left, right = _id("pair[0]", given[0]), _id("pair[1]", given[1])
+    return _merge(word, (left, right), _id("new_id", new_id))
 
 
 def _merge(word: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
@@ -186,15 +211,17 @@ class BPETokenizer:
 
     def _add_merge(self, pair: tuple[int, int]) -> int:
         """Record ``pair`` as the next merge; return the id of the token it forms."""
-        a, b = (as_int("merge id", i) for i in pair)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"merges must hold pairs of ids (left, right), got {pair!r}")
+        a, b = (as_int(f"merges[{len(self.merges)}]", i) for i in pair)
         for i in (a, b):
             if not len(self.special_tokens) <= i < len(self.vocab):
                 raise ValueError(
-                    f"merge {pair} uses id {i}, not a byte or merged token "
+                    f"merges[{len(self.merges)}] = {pair} uses id {i}, not a byte or merged token "
                     f"[{len(self.special_tokens)}, {len(self.vocab)})"
                 )
         if (a, b) in self._rank:
-            raise ValueError(f"merge {pair} is listed twice")
+            raise ValueError(f"merges[{len(self.merges)}] = {pair} is listed twice")
         token = self.vocab[a] + self.vocab[b]
         new_id = self._id_of.get(token)
         if new_id is None:  # a new token; else the same bytes were formed by another pair
@@ -350,16 +377,8 @@ class BPETokenizer:
         ``decode(encode(text)) == text`` for every ``text``. Ids cut inside a multi-byte
         character (``encode("é")[:1]``) decode to U+FFFD, the replacement character.
         """
-        parts = []
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TypeError(f"ids must be an iterable of ints, got {type(ids).__name__}")
-        for i, raw in enumerate(ids):
-            token_id = as_int(f"ids[{i}]", raw)
-            if not 0 <= token_id < len(self.vocab):
-                raise ValueError(
-                    f"ids[{i}] = {token_id} is outside the vocabulary [0, {len(self.vocab)})"
-                )
-            parts.append(self.vocab[token_id])
+        vocab = self.vocab
+        parts = [vocab[i] for i in _id_list("ids", ids, len(vocab), kind="an iterable")]
         return b"".join(parts).decode("utf-8", errors="replace")
 
     def __repr__(self) -> str:

@@ -43,6 +43,8 @@ __all__ = [
     "evaluate_loss",
     "exact_match",
     "sequence_accuracy",
+    "Calibration",
+    "calibration",
 ]
 
 #: Adam's (beta1, beta2) in the paper (section 5.3); PyTorch's default beta2 is 0.999.
@@ -469,8 +471,10 @@ def train(
         if loss_fn is None:
             loss_fn = LabelSmoothingLoss(0.1, ignore_index=pad_id)
 
-        def loss(net: nn.Module, batch: Any) -> Tensor:
+        def default_loss(net: nn.Module, batch: Any) -> Tensor:
             return seq2seq_loss(net, batch, loss_fn, pad_id=pad_id)
+
+        loss = default_loss
 
     rank, world_size = _process_group()
     net = model  # what the loss calls: the model, or its DistributedDataParallel wrapper
@@ -709,3 +713,85 @@ def sequence_accuracy(
     finally:
         model.train(was_training)
     return correct / src.shape[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Calibration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How well a model's confidence matches its accuracy (section "Label smoothing").
+
+    Each prediction's confidence is its largest probability; the predictions are grouped into
+    ``len(counts)`` equal bins of confidence over ``[0, 1]`` (bin ``b`` holds confidences in
+    ``(b / n, (b + 1) / n]``, the first bin 0 too). Per bin: ``counts`` predictions, their
+    mean ``confidence`` and the share of them that were right, ``accuracy`` (NaN for an empty
+    bin). ``ece`` is the expected calibration error of Guo et al. (2017),
+    ``sum_b counts_b / N * |accuracy_b - confidence_b|``, and ``mean_confidence`` and
+    ``mean_accuracy`` are over all ``N`` predictions. A model is over-confident where the
+    confidence exceeds the accuracy, under-confident where it falls short."""
+
+    counts: list[int]
+    confidence: list[float]
+    accuracy: list[float]
+    ece: float
+    mean_confidence: float
+    mean_accuracy: float
+
+
+def calibration(
+    probs: Tensor, target: Tensor, num_bins: int = 10, ignore_index: int | None = None
+) -> Calibration:
+    """The :class:`Calibration` of predicted distributions ``probs`` ``(..., V)`` (rows of
+    non-negative floats that sum to 1) against integer ids ``target`` ``(...)``; tokens whose
+    target is ``ignore_index`` are left out. Computed in float64."""
+    _checks.tensor("probs", probs, kind="float")
+    if probs.ndim == 0:
+        raise ValueError("probs must have a class dimension (..., V), got a 0-d tensor")
+    num_bins = _checks.positive_int("num_bins", num_bins)
+    if ignore_index is not None:
+        ignore_index = _checks.as_int("ignore_index", ignore_index)
+    if tuple(target.shape) != tuple(probs.shape[:-1]):
+        raise ValueError(
+            f"target (...) = {tuple(target.shape)} must match probs (..., V) = "
+            f"{tuple(probs.shape)} without its last dimension"
+        )
+    num_classes = probs.shape[-1]
+    _check_target(target, num_classes, ignore_index)
+    keep = torch.ones_like(target, dtype=torch.bool)
+    if ignore_index is not None:
+        keep = target != ignore_index
+    p, y = probs.detach()[keep].double(), target[keep].long()  # (N, V), (N,)
+    if p.shape[0] == 0:
+        raise ValueError("calibration got no predictions (empty, or every target ignored)")
+    if not bool(torch.isfinite(p).all()) or bool((p < 0).any()):
+        raise ValueError("probs must be finite and non-negative (probabilities, not logits)")
+    row_sums = p.sum(-1)
+    worst = float((row_sums - 1).abs().max())
+    if worst > 1e-3:
+        raise ValueError(
+            f"each row of probs must sum to 1, but a row sums to {1 + worst:.4g} or "
+            f"{1 - worst:.4g} (pass softmax(logits), not logits)"
+        )
+    confidence, predicted = p.max(-1)  # (N,), (N,)
+    right = (predicted == y).double()
+    # bin b holds (b / n, (b + 1) / n]; a confidence of exactly 0 goes to bin 0
+    bins = (torch.ceil(confidence * num_bins).long() - 1).clamp(0, num_bins - 1)
+    counts = torch.bincount(bins, minlength=num_bins)
+    conf_sum = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, confidence)
+    right_sum = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, right)
+    n = counts.double()
+    mean_conf = torch.where(counts > 0, conf_sum / n.clamp(min=1), torch.nan)
+    mean_acc = torch.where(counts > 0, right_sum / n.clamp(min=1), torch.nan)
+    gaps = torch.where(counts > 0, (right_sum - conf_sum).abs(), 0.0)
+    total = confidence.shape[0]
+    return Calibration(
+        counts=counts.tolist(),
+        confidence=mean_conf.tolist(),
+        accuracy=mean_acc.tolist(),
+        ece=float(gaps.sum()) / total,
+        mean_confidence=float(confidence.mean()),
+        mean_accuracy=float(right.mean()),
+    )

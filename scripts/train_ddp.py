@@ -34,7 +34,7 @@ from torch import distributed as dist
 
 from minitransformer.data import BOS_ID, EOS_ID, make_batch
 from minitransformer.model import Transformer
-from minitransformer.training import make_optimizer, sequence_accuracy, train
+from minitransformer.training import TrainHistory, make_optimizer, sequence_accuracy, train
 
 VOCAB = 13
 
@@ -64,9 +64,75 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the chapter's recipe (default), or SGD with momentum, whose steps "
         "keep rounding noise as small as it is (see the module docstring)",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        nargs="+",
+        default=["float32"],
+        help="train in this precision; several train one after the other, each from the "
+        "same initial weights and batches (default float32)",
+    )
     parser.add_argument("--save", help="rank 0 writes the trained state_dict here")
+    parser.add_argument(
+        "--snapshots",
+        help="rank 0 writes {dtype: {update: state_dict}} here, for the updates of "
+        "--snapshot-steps (default: the last)",
+    )
+    parser.add_argument("--snapshot-steps", type=int, nargs="+", default=None)
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no report")
     return parser.parse_args(argv)
+
+
+def _train_once(
+    args: argparse.Namespace, dtype: torch.dtype, world_size: int
+) -> tuple[Transformer, TrainHistory, dict[int, dict[str, torch.Tensor]]]:
+    """Train one model in ``dtype``; return it, its history and the requested snapshots."""
+    gen = torch.Generator().manual_seed(args.seed)  # the same global batches on every rank
+    torch.manual_seed(args.seed)
+    model = Transformer(
+        VOCAB,
+        VOCAB,
+        d_model=64,
+        num_heads=4,
+        num_layers=1,
+        d_ff=128,
+        dropout=0.0,
+        max_len=args.max_len + 2,
+    ).to(dtype)  # the same initial weights in either precision (float32's, widened)
+    if args.optimizer == "adam":
+        optimizer, scheduler = make_optimizer(
+            model,
+            warmup_steps=40,
+            scale=0.4,
+            total_steps=args.steps,
+            decay_steps=max(args.steps - 40, 0),
+        )
+    else:
+        optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), None
+    wanted = set(args.snapshot_steps or [args.steps])
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
+
+    def snapshot(m: torch.nn.Module) -> float:  # train's eval_fn, called after every update
+        done = len(snapshots_seen) + 1
+        snapshots_seen.append(done)
+        if done in wanted:
+            snapshots[done] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+        return 0.0
+
+    snapshots_seen: list[int] = []
+    history = train(
+        model,
+        lambda: make_batch("reverse", args.batch_size, args.min_len, args.max_len, VOCAB, gen),
+        optimizer,
+        scheduler,
+        num_steps=args.steps,
+        clip_grad_norm=1.0,
+        eval_fn=snapshot if args.snapshots else None,
+        eval_every=1,
+        progress=not args.quiet,
+        desc=f"{world_size} process(es), {str(dtype).removeprefix('torch.')}",
+    )
+    return model, history, snapshots
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,41 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank() if distributed else 0
     world_size = dist.get_world_size() if distributed else 1
     try:
-        gen = torch.Generator().manual_seed(args.seed)  # the same global batches on every rank
-        torch.manual_seed(args.seed)
-        model = Transformer(
-            VOCAB,
-            VOCAB,
-            d_model=64,
-            num_heads=4,
-            num_layers=1,
-            d_ff=128,
-            dropout=0.0,
-            max_len=args.max_len + 2,
-        )
-        if args.optimizer == "adam":
-            optimizer, scheduler = make_optimizer(
-                model,
-                warmup_steps=40,
-                scale=0.4,
-                total_steps=args.steps,
-                decay_steps=max(args.steps - 40, 0),
-            )
-        else:
-            optimizer, scheduler = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), None
-        history = train(
-            model,
-            lambda: make_batch("reverse", args.batch_size, args.min_len, args.max_len, VOCAB, gen),
-            optimizer,
-            scheduler,
-            num_steps=args.steps,
-            clip_grad_norm=1.0,
-            progress=not args.quiet,
-            desc=f"{world_size} process(es)",
-        )
+        snapshots = {}
+        for dtype in args.dtype:
+            model, history, snapshots[dtype] = _train_once(args, getattr(torch, dtype), world_size)
         if rank == 0:
             if args.save:
                 torch.save(model.state_dict(), args.save)
+            if args.snapshots:
+                torch.save(snapshots, args.snapshots)
             if not args.quiet:
                 held_out = make_batch(
                     "reverse",

@@ -1,4 +1,4 @@
-"""Tests for the single-head part of ``minitransformer.attention``.
+"""Tests for the single-head part of ``minitransformer.attention`` (and additive attention).
 
 ``scaled_dot_product_attention``, ``causal_mask`` and ``padding_mask`` are compared with
 :func:`torch.nn.functional.scaled_dot_product_attention` (an independent implementation) and
@@ -17,7 +17,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minitransformer.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from minitransformer.attention import (
+    AdditiveAttention,
+    additive_attention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -557,3 +563,123 @@ def test_empty_inputs_give_empty_or_zero_outputs():
         torch.randn(0, 3, 4), torch.randn(0, 3, 4), torch.randn(0, 3, 5)
     )
     assert out.shape == (0, 3, 5) and w.shape == (0, 3, 3)
+
+
+# --------------------------------------------------------------------------------------
+# Additive (Bahdanau) attention
+# --------------------------------------------------------------------------------------
+
+
+def additive_case(seed: int = 0, batch: tuple[int, ...] = (2,), T=3, S=5, d_q=4, d_k=6, d_a=7):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(*batch, T, d_q, generator=gen, dtype=torch.float64)
+    k = torch.randn(*batch, S, d_k, generator=gen, dtype=torch.float64)
+    v = torch.randn(*batch, S, 2, generator=gen, dtype=torch.float64)
+    w_q = torch.randn(d_q, d_a, generator=gen, dtype=torch.float64) / math.sqrt(d_q)
+    w_k = torch.randn(d_k, d_a, generator=gen, dtype=torch.float64) / math.sqrt(d_k)
+    w_s = torch.randn(d_a, generator=gen, dtype=torch.float64)
+    return q, k, v, w_q, w_k, w_s
+
+
+def additive_reference(q, k, v, w_q, w_k, w_s, mask=None):
+    """The formula written out, one (query, key) pair at a time, in float64."""
+    T, S = q.shape[-2], k.shape[-2]
+    scores = torch.empty(*q.shape[:-2], T, S, dtype=torch.float64)
+    for t in range(T):
+        for s in range(S):
+            hidden = torch.tanh(q[..., t, :] @ w_q + k[..., s, :] @ w_k)  # (..., d_a)
+            scores[..., t, s] = hidden @ w_s
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return weights @ v, weights
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_additive_attention_matches_the_formula(seed):
+    case = additive_case(seed)
+    out, w = additive_attention(*case)
+    want_out, want_w = additive_reference(*case)
+    # float64, O(1) values, a handful of operations per entry: rounding error ~1e-15.
+    torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 3, dtype=torch.float64))
+
+
+def test_additive_attention_masks_and_fully_masked_rows():
+    case = additive_case(1)
+    mask = torch.tensor(
+        [[True, True, False, False, True], [False] * 5, [True, False, False, False, False]]
+    )  # (T, S); query 1 sees nothing
+    out, w = additive_attention(*case, mask)
+    want_out, want_w = additive_reference(*case, mask)
+    torch.testing.assert_close(w, want_w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, want_out, rtol=0, atol=1e-12)
+    assert (w[:, ~mask] == 0).all()
+    assert (w[:, 1] == 0).all() and (out[:, 1] == 0).all()
+    assert (w[:, 2, 0] == 1).all()
+
+
+def test_additive_attention_broadcasts_batch_dims_and_takes_gradients():
+    q, k, v, w_q, w_k, w_s = additive_case(2, batch=(2, 1))
+    k = k.expand(2, 3, *k.shape[-2:])  # (2, 3, S, d_k)
+    out, w = additive_attention(q, k, v, w_q, w_k, w_s)
+    assert out.shape == (2, 3, 3, 2) and w.shape == (2, 3, 3, 5)
+    small = additive_case(3, batch=(), T=2, S=3, d_q=2, d_k=3, d_a=2)
+    small = tuple(x.clone().requires_grad_() for x in small)
+    assert torch.autograd.gradcheck(lambda *xs: additive_attention(*xs)[0], small)
+
+
+def test_additive_attention_module_is_the_function_with_its_weights():
+    torch.manual_seed(0)
+    layer = AdditiveAttention(4, 6, 8).double()
+    q, k, v, *_ = additive_case(4)
+    mask = torch.ones(3, 5, dtype=torch.bool).tril()
+    got = layer(q, k, v, mask)
+    want = additive_attention(
+        q, k, v, layer.w_query.weight.T, layer.w_key.weight.T, layer.w_score.weight[0], mask
+    )
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    assert "hidden_dim=8" in repr(layer)
+    # PyTorch's default initialisation: variance 1 / (3 fan_in), uniform within 1/sqrt(fan_in).
+    assert layer.w_key.weight.abs().max() <= 1 / math.sqrt(6)
+    got[0].sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        ({"query": [[1.0]]}, TypeError, "query must be a torch.Tensor"),
+        ({"key": torch.ones(2, 5, 6, dtype=torch.long)}, TypeError, "key must be a floating"),
+        ({"w_score": torch.ones(7, 1, dtype=torch.float64)}, ValueError, "w_score must have"),
+        ({"w_query": torch.ones(5, 7, dtype=torch.float64)}, ValueError, "w_query must have"),
+        ({"w_key": torch.ones(6, 3, dtype=torch.float64)}, ValueError, "w_key must have"),
+        ({"value": torch.ones(2, 4, 2, dtype=torch.float64)}, ValueError, "same length S"),
+        ({"query": torch.ones(4, dtype=torch.float64)}, ValueError, "at least 2 dimensions"),
+        ({"query": torch.ones(3, 3, 4, dtype=torch.float64)}, ValueError, "do not broadcast"),
+        ({"w_score": torch.ones(7)}, ValueError, "same dtype"),
+        ({"mask": torch.ones(3, 5)}, TypeError, "mask must be a boolean"),
+        ({"mask": torch.ones(4, 2, 3, 5, dtype=torch.bool)}, ValueError, "does not broadcast"),
+    ],
+)
+def test_additive_attention_bad_inputs(change, error, message):
+    names = ("query", "key", "value", "w_query", "w_key", "w_score")
+    kwargs = dict(zip(names, additive_case(0), strict=True))
+    kwargs.update(change)
+    with pytest.raises(error, match=message):
+        additive_attention(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args, error, message",
+    [
+        ((0, 4, 4), ValueError, "query_dim must be positive"),
+        ((4, 4.0, 4), TypeError, "key_dim must be an int"),
+        ((4, 4, -1), ValueError, "hidden_dim must be positive"),
+    ],
+)
+def test_additive_attention_module_bad_sizes(args, error, message):
+    with pytest.raises(error, match=message):
+        AdditiveAttention(*args)

@@ -92,6 +92,15 @@ def _bad_value(category: str, draw) -> tuple[Any, type[Exception]]:
                 st.tuples(st.sampled_from(["2", None]), st.just(TypeError)),
             )
         )
+    if category == "top_p":  # (0, 1]
+        return draw(
+            st.one_of(
+                st.tuples(
+                    st.sampled_from([0.0, -0.5, 1.5, math.nan, math.inf]), st.just(ValueError)
+                ),
+                st.tuples(st.sampled_from(["0.9", None, True]), st.just(TypeError)),
+            )
+        )
     if category == "nonneg_real":
         return draw(
             st.one_of(
@@ -231,6 +240,38 @@ SPECS: list[Spec] = [
             "value": [with_("value", (2, 4, 6))],
             "mask": [with_("mask", (2, 5, 3), torch.bool), with_("mask", (7, 2, 3, 5), torch.bool)],
         },
+    ),
+    Spec(
+        "attention.additive_attention",
+        attention.additive_attention,
+        lambda: {
+            **qkv(),
+            "w_query": torch.ones(4, 3),
+            "w_key": torch.ones(4, 3),
+            "w_score": torch.ones(3),
+            "mask": torch.ones(2, 3, 5, dtype=torch.bool),
+        },
+        {
+            "query": "float_tensor",
+            "key": "float_tensor",
+            "value": "float_tensor",
+            "w_query": "float_tensor",
+            "w_key": "float_tensor",
+            "w_score": "float_tensor",
+            "mask": "mask",
+        },
+        {
+            "value": [with_("value", (2, 4, 6))],
+            "w_query": [with_("w_query", (5, 3))],
+            "w_score": [with_("w_score", (3, 1))],
+            "mask": [with_("mask", (7, 2, 3, 5), torch.bool)],
+        },
+    ),
+    Spec(
+        "attention.AdditiveAttention",
+        attention.AdditiveAttention,
+        lambda: {"query_dim": 4, "key_dim": 6, "hidden_dim": 3},
+        {"query_dim": "size", "key_dim": "size", "hidden_dim": "size"},
     ),
     Spec(
         "attention.check_qkv",
@@ -856,6 +897,30 @@ SPECS: list[Spec] = [
         },
     ),
     Spec(
+        "decoding.next_token_probs",
+        decoding.next_token_probs,
+        lambda: {"logits": torch.zeros(2, V), "temperature": 0.7, "top_k": 3, "top_p": 0.9},
+        {
+            "logits": "float_tensor",
+            "temperature": "positive_real",
+            "top_k": "size?",
+            "top_p": "top_p?",
+        },
+    ),
+    Spec(
+        "decoding.generate",
+        decoding.generate,
+        lambda: {"model": LM, "prompt": ids(1, 3), "max_new_tokens": 2, "top_p": 0.9},
+        {
+            "model": "module",
+            "prompt": "int_tensor",
+            "max_new_tokens": "count",
+            "temperature": "nonneg_real",
+            "top_k": "size?",
+            "top_p": "top_p?",
+        },
+    ),
+    Spec(
         "lm.next_token_probs",
         lm.next_token_probs,
         lambda: {"logits": torch.zeros(2, V), "temperature": 0.7, "top_k": 3},
@@ -941,6 +1006,7 @@ EXEMPT = {
     "model.table3_configs": "takes no arguments",
     "plotting.use_style": "takes no arguments",
     "plotting.show": "displays a figure; any matplotlib figure",
+    "plotting.smallest_text_px": "one Figure argument; its TypeError is checked in test_plotting",
     "plotting.finish_axes": "labels only; every argument is optional text",
     "plotting.history_plot": "draws a TrainHistory",
     "plotting.theory_vs_measurement": "checked in test_plotting",
@@ -1060,3 +1126,237 @@ def test_attention_shapes_drawn_at_random(B, T, S, d, wrong):
                 fn(*args)
     out, weights = attention.scaled_dot_product_attention(q, k, v)
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
+
+
+# -- one rule for token ids and indices (minitransformer._checks.ids) ------------------------
+
+from minitransformer import _checks  # noqa: E402
+
+#: Integer dtypes torch has but the rule refuses, and dtypes that are not integers at all.
+REFUSED_DTYPES = [
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+] + [torch.float32, torch.float64, torch.bool]
+
+
+def _cache_after_reorder(index: torch.Tensor, *, whole: bool) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    cache = kv_cache.KVCache(2, 4)
+    for layer in cache.layers:
+        layer.self_attn.update(
+            torch.randn(3, 2, 2, 4, generator=g), torch.randn(3, 2, 2, 4, generator=g)
+        )
+    if whole:
+        cache.reorder(index)
+    else:
+        cache.layers[0].self_attn.reorder(index)
+    return tuple(t for layer in cache.layers for t in layer.self_attn.get())
+
+
+def _memory() -> torch.Tensor:
+    with torch.no_grad():
+        return MODEL.encode(ids(2, 4))
+
+
+#: name -> (the argument, its shape, the upper bound of valid values, call(value) -> result).
+ID_TAKERS: dict[str, tuple[str, tuple[int, ...], int, Callable[[torch.Tensor], Any]]] = {
+    "Transformer.encode": ("src", (2, 4), V, lambda x: MODEL.encode(x)),
+    "Transformer.decode": ("tgt", (2, 3), V, lambda x: MODEL.decode(x, _memory())),
+    "Transformer.forward src": ("src", (2, 4), V, lambda x: MODEL(x, ids(2, 3))),
+    "Transformer.forward tgt": ("tgt", (2, 3), V, lambda x: MODEL(ids(2, 4), x)),
+    "Transformer.embed": ("tokens", (2, 3), V, lambda x: MODEL.embed(x, MODEL.src_embed)),
+    "Transformer.attention_weights": (
+        "tgt",
+        (2, 3),
+        V,
+        lambda x: MODEL.attention_weights(ids(2, 4), x)["cross"],
+    ),
+    "decoding.greedy_decode": (
+        "src",
+        (2, 4),
+        V,
+        lambda x: decoding.greedy_decode(MODEL, x, 5, 1, 2),
+    ),
+    "decoding.beam_search_with_scores": (
+        "src",
+        (2, 4),
+        V,
+        lambda x: decoding.beam_search_with_scores(MODEL, x, 5, 1, 2, beam_size=2),
+    ),
+    "decoding.sequence_score src": (
+        "src",
+        (2, 4),
+        V,
+        lambda x: decoding.sequence_score(MODEL, x, ids(2, 3), 2),
+    ),
+    "decoding.sequence_score seqs": (
+        "seqs",
+        (2, 3),
+        V,
+        lambda x: decoding.sequence_score(MODEL, ids(2, 4), x, 2),
+    ),
+    "decoding.generate": (
+        "prompt",
+        (2, 2),
+        V,
+        lambda x: decoding.generate(LM, x, 3, generator=torch.Generator().manual_seed(0)),
+    ),
+    "AttentionCache.reorder": ("index", (4,), 3, lambda x: _cache_after_reorder(x, whole=False)),
+    "KVCache.reorder": ("index", (4,), 3, lambda x: _cache_after_reorder(x, whole=True)),
+    "BPETokenizer.decode": ("ids", (6,), 258, lambda x: tokenizer.BPETokenizer().decode(x)),
+    "merge_pair ids": ("ids", (6,), 300, lambda x: tokenizer.merge_pair(x, (5, 6), 9)),
+    "merge_pair pair": ("pair", (2,), 300, lambda x: tokenizer.merge_pair([5, 6, 7], x, 9)),
+}
+
+
+#: Takers with no upper bound (merge_pair knows no vocabulary): only negative ids are wrong.
+UNBOUNDED = {"merge_pair ids", "merge_pair pair"}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    which=st.sampled_from(sorted(ID_TAKERS)),
+    dtype=st.sampled_from(_checks.ID_DTYPES),
+    data=st.data(),
+)
+def test_every_integer_dtype_gives_the_ids_of_int64(which, dtype, data):
+    _, shape, high, call = ID_TAKERS[which]
+    high = min(high, torch.iinfo(dtype).max + 1)  # int8 holds ids up to 127
+    values = data.draw(st.lists(st.integers(0, high - 1), min_size=shape[-1], max_size=shape[-1]))
+    x = torch.tensor(values).repeat(*shape[:-1], 1)
+    assert _same(call(x.to(dtype)), call(x))
+
+
+@pytest.mark.parametrize("which", sorted(ID_TAKERS))
+def test_ids_out_of_range_negative_included_are_a_value_error(which):
+    arg, shape, high, call = ID_TAKERS[which]
+    for bad in (-1,) if which in UNBOUNDED else (-1, high):
+        x = torch.full(shape, 3)
+        x.view(-1)[-1] = bad  # one bad id, in the last place: the whole range is checked
+        for dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+            info = torch.iinfo(dtype)
+            if not info.min <= bad <= info.max:
+                continue
+            with pytest.raises(ValueError, match=arg):
+                call(x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", REFUSED_DTYPES, ids=str)
+@pytest.mark.parametrize("which", sorted(ID_TAKERS))
+def test_other_dtypes_are_a_type_error_naming_the_argument(which, dtype):
+    arg, shape, _, call = ID_TAKERS[which]
+    with pytest.raises(TypeError, match=arg):
+        call(torch.full(shape, 1).to(dtype))
+
+
+# -- a call that raises leaves the object as it was ---------------------------------------------
+
+
+def _state(obj: Any) -> Any:
+    """Everything an object holds, compared by value (tensors by their bytes, so that
+    uninitialised buffers, NaN included, compare equal to themselves)."""
+    if isinstance(obj, torch.Tensor):
+        return ("tensor", obj.dtype, tuple(obj.shape), obj.detach().cpu().numpy().tobytes())
+    if isinstance(obj, dict):
+        return {k: _state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_state(v) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
+        return (type(obj).__name__, _state(vars(obj)))
+    return obj
+
+
+def _filled_cache(batch: tuple[int, ...] = (3, 3)) -> kv_cache.KVCache:
+    g = torch.Generator().manual_seed(0)
+    cache = kv_cache.KVCache(len(batch), 2)
+    for B, layer in zip(batch, cache.layers, strict=True):
+        layer.self_attn.update(torch.randn(B, 2, 2, 4, generator=g), torch.randn(B, 2, 2, 4))
+        layer.cross_attn.update(
+            torch.randn(B, 2, 5, 4), torch.randn(B, 2, 5, 4), source=torch.zeros(B, 5, 8)
+        )
+    return cache
+
+
+def _paged() -> paged.PagedKVCache:
+    pool = paged.PagedKVCache(num_blocks=3, block_size=2, num_kv_heads=1, head_dim=2)
+    pool.append("a", torch.ones(1, 3, 2), torch.ones(1, 3, 2))  # 2 blocks
+    pool.append("empty", torch.ones(1, 0, 2), torch.ones(1, 0, 2))  # started, no block
+    return pool
+
+
+def _tokenizer() -> tokenizer.BPETokenizer:
+    tok = tokenizer.BPETokenizer.train("hello hello world", 262)
+    tok.encode("hello")  # something in its cache of chunks
+    return tok
+
+
+K1 = torch.zeros(3, 2, 1, 4)
+#: (the method, a builder of the object, a failing call, the exception) for every method that
+#: changes its object.
+MUTATORS = [
+    ("AttentionCache.update wrong B", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.update(torch.zeros(2, 2, 1, 4), torch.zeros(2, 2, 1, 4)), ValueError),
+    ("AttentionCache.update wrong dtype", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.update(K1.double(), K1.double()), ValueError),
+    ("AttentionCache.update key/value mismatch", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.update(K1, torch.zeros(3, 2, 2, 4)), ValueError),
+    ("AttentionCache.update static twice", lambda: _filled_cache().layers[0].cross_attn,
+     lambda c: c.update(torch.zeros(3, 2, 5, 4), torch.zeros(3, 2, 5, 4)), ValueError),
+    ("AttentionCache.update int keys", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.update(K1.long(), K1), TypeError),
+    ("AttentionCache.append wrong dtype (falls back to update)",
+     lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.append(torch.zeros(2, 2, 1, 4), torch.zeros(2, 2, 1, 4)), ValueError),
+    ("AttentionCache.reorder out of range", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.reorder(torch.tensor([0, 3])), ValueError),
+    ("AttentionCache.reorder float index", lambda: _filled_cache().layers[0].self_attn,
+     lambda c: c.reorder(torch.tensor([0.0])), TypeError),
+    ("AttentionCache.holds another source", lambda: _filled_cache().layers[0].cross_attn,
+     lambda c: c.holds(torch.ones(3, 5, 8)), ValueError),
+    ("KVCache.reorder fits layer 0, not layer 1", lambda: _filled_cache((3, 2)),
+     lambda c: c.reorder(torch.tensor([2, 0])), ValueError),
+    ("PagedKVCache.append out of blocks", _paged,
+     lambda p: p.append("a", torch.ones(1, 5, 2), torch.ones(1, 5, 2)),
+     paged.OutOfBlocksError),
+    ("PagedKVCache.append out of blocks, a started empty sequence", _paged,
+     lambda p: p.append("empty", torch.ones(1, 5, 2), torch.ones(1, 5, 2)),
+     paged.OutOfBlocksError),
+    ("PagedKVCache.append wrong shape", _paged,
+     lambda p: p.append("b", torch.ones(2, 1, 2), torch.ones(2, 1, 2)), ValueError),
+    ("PagedKVCache.append unhashable", _paged,
+     lambda p: p.append([1], torch.ones(1, 1, 2), torch.ones(1, 1, 2)), TypeError),
+    ("PagedKVCache.free unknown", _paged, lambda p: p.free("b"), KeyError),
+    ("BPETokenizer.encode lone surrogate", _tokenizer,
+     lambda t: t.encode("new words \ud800"), ValueError),
+    ("BPETokenizer.encode not a str", _tokenizer, lambda t: t.encode(b"hello"), TypeError),
+    ("BPETokenizer.decode a bad last id", _tokenizer,
+     lambda t: t.decode([5, 6, 10**6]), ValueError),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,make,call,error", MUTATORS, ids=[m[0] for m in MUTATORS])
+def test_a_call_that_raises_leaves_the_object_as_it_was(name, make, call, error):
+    obj = make()
+    before = _state(obj)
+    with pytest.raises(error):
+        call(obj)
+    assert _state(obj) == before
+
+
+def test_every_mutating_method_is_in_the_atomicity_table():
+    """The public methods that change their object, each with a failing call above."""
+    methods = {
+        "AttentionCache": ["update", "append", "reorder", "holds"],
+        "KVCache": ["reorder"],
+        "PagedKVCache": ["append", "free"],
+        "BPETokenizer": ["encode", "decode"],
+    }
+    covered = {name.split(" ")[0] for name, *_ in MUTATORS}
+    assert covered == {f"{cls}.{m}" for cls, ms in methods.items() for m in ms}

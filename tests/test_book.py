@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import re
@@ -51,12 +52,15 @@ def test_intro_chapter_map_matches_toc():
 
 
 def test_notebooks_are_committed_with_outputs():
+    """scripts/check_outputs.py (also the pre-commit hook): run top to bottom, outputs kept."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from check_outputs import problems
+
     for f in toc_chapters():
-        nb = json.loads((ROOT / "book" / f"{f}.ipynb").read_text())
+        path = ROOT / "book" / f"{f}.ipynb"
+        assert not problems(path), problems(path)
+        nb = json.loads(path.read_text())
         code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
-        assert any(c.get("outputs") for c in code), (
-            f"book/{f}.ipynb has no stored outputs: run `make notebooks`"
-        )
         for c in code:
             tags = c.get("metadata", {}).get("tags", [])
             errors = [o for o in c.get("outputs", []) if o["output_type"] == "error"]
@@ -191,12 +195,47 @@ def test_numbers_reach_the_prose_through_inline_expressions(chapter):
             )
 
 
+# A float formatted with a precision: an f-string or format() spec such as ".2f", ".1%" or
+# ".3e", printf-style "%.2f", or round(x, 2). Integers (",", "d") are exact and may bypass.
+_FLOAT_FORMAT = re.compile(
+    r"""\{[^{}]*?:[^{}'"]*?\.\d+[efgEG%][^{}]*\}"""  # f"{x:.2f}", "{:.1%}".format(x)
+    r"""|(?<![\w.])format\([^()]*,\s*["'][^"']*\.\d+[efgEG%]"""  # format(x, ".2f")
+    r"""|%[-+ 0#]*\d*\.\d+[efgEG]"""  # "%.2f" % x
+    r"""|(?<![\w.])(?:np\.)?round\([^()]*,\s*\d+\)"""  # round(x, 2), np.round(x, 2)
+)
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_printed_floats_go_through_fmt(chapter):
+    """A measured float reaches an output or the prose through minitransformer.report.fmt,
+    which refuses, while the notebooks are recorded, a value on a rounding edge (0.645 at two
+    decimals), so that another CPU prints the same digits. Cells whose output nbval does not
+    compare (nbval-ignore-output: timings, progress bars) may format as they like."""
+    for i, cell in enumerate(_cells(chapter)):
+        if cell.cell_type != "code" or "nbval-ignore-output" in cell.metadata.get("tags", []):
+            continue
+        for line in cell.source.splitlines():
+            code = line.split("#", 1)[0] if "'" not in line and '"' not in line else line
+            match = _FLOAT_FORMAT.search(code)
+            assert match is None, (
+                f"book/{chapter}.ipynb cell {i} formats a float without fmt: "
+                f"{match.group(0)!r} in {line.strip()!r}. Use minitransformer.report.fmt(value, "
+                f"spec) (CONTRIBUTING.md, 'Numbers in the text')."
+            )
+
+
+@functools.cache
+def _citation_texts() -> dict[str, tuple[str, str]]:
+    """The bibliography's author-year texts, parsed once (pybtex takes seconds per parse)."""
+    return course_book.citation_texts(str(ROOT / "book" / "references.bib"))
+
+
 @pytest.mark.parametrize("chapter", toc_chapters())
 def test_citations_read_the_same_in_jupyterlab_and_html(chapter):
     """Citations are [text](cite:key) links whose text is what the HTML bibliography style
     prints for that key: "Vaswani et al. (2017)" in running text, "Vaswani et al., 2017" in
     parentheses. ({cite} roles would show as bare keys in JupyterLab.)"""
-    texts = course_book.citation_texts(str(ROOT / "book" / "references.bib"))
+    texts = _citation_texts()
     for i, cell in enumerate(_cells(chapter)):
         if cell.cell_type != "markdown":
             continue
@@ -204,8 +243,7 @@ def test_citations_read_the_same_in_jupyterlab_and_html(chapter):
             f"book/{chapter}.ipynb cell {i}: write citations as [Author et al. (Year)](cite:key) "
             "(CONTRIBUTING.md), not {cite} roles, which JupyterLab shows as bare keys"
         )
-        for m in course_book.CITATION.finditer(cell.source):
-            key, text = m["key"], m["text"]
+        for text, key in course_book.citations_in(cell.source):
             assert key in texts, (
                 f"book/{chapter}.ipynb cell {i}: {key} is not in book/references.bib"
             )
@@ -229,19 +267,98 @@ def test_api_links_name_real_objects(chapter):
             f"book/{chapter}.ipynb cell {i}: write [`name`](api:minitransformer.module.name) "
             "(CONTRIBUTING.md), not {py:...} roles, which JupyterLab shows as source"
         )
-        for m in course_book.API_LINK.finditer(cell.source):
-            parts = m["target"].split(".")
+        for target in course_book.api_links_in(cell).values():
+            parts = target.split(".")
             for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
                 try:
                     obj = importlib.import_module(".".join(parts[:cut]))
                 except ImportError:
                     continue
                 for attr in parts[cut:]:
-                    assert hasattr(obj, attr), f"book/{chapter}.ipynb cell {i}: no {m['target']}"
+                    assert hasattr(obj, attr), f"book/{chapter}.ipynb cell {i}: no {target}"
                     obj = getattr(obj, attr)
                 break
             else:
-                raise AssertionError(f"book/{chapter}.ipynb cell {i}: cannot import {m['target']}")
+                raise AssertionError(f"book/{chapter}.ipynb cell {i}: cannot import {target}")
+
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import normalize_notebooks  # noqa: E402
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_notebooks_are_normalised(chapter):
+    """The committed notebook is what scripts/normalize_notebooks.py makes of it: metadata as
+    JupyterLab writes it (open-and-save changes nothing), solutions' outputs hidden with their
+    code, links that JupyterLab can follow (at the current lines of the glossary and the
+    bibliography)."""
+    path = ROOT / "book" / f"{chapter}.ipynb"
+    text = path.read_text()
+    normalised = nbformat.writes(normalize_notebooks.normalize(nbformat.reads(text, 4))) + "\n"
+    assert normalised == text, (
+        f"book/{chapter}.ipynb is not normalised: run .venv/bin/python "
+        f"scripts/normalize_notebooks.py book/{chapter}.ipynb"
+    )
+
+
+def test_normalising_rewrites_what_jupyterlab_cannot_read_and_is_idempotent():
+    nb = _nb(
+        nbformat.v4.new_markdown_cell(
+            "See {doc}`Attention <attention>`, {term}`keys <key>`, the {term}`softmax`, "
+            "{ref}`notation <notation>`, "
+            "[Vaswani et al. (2017)](cite:vaswani2017attention) and "
+            "[`split_heads`](api:minitransformer.attention.split_heads); `x` stays."
+        ),
+        nbformat.v4.new_code_cell("# Solution\nf = 1", metadata={"tags": ["solution"]}),
+    )
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}}
+    links = normalize_notebooks.Links(ROOT / "book")
+    once = normalize_notebooks.normalize(nb, ROOT / "book", links)
+    text = once.cells[0].source
+    key, softmax = links.terms["key"], links.terms["softmax"]
+    line, title = links.bib["vaswani2017attention"]
+    assert text == (
+        f'See [Attention](attention.ipynb), [keys](glossary.md#line={key} "Glossary: key"), '
+        f'the [softmax](glossary.md#line={softmax} "Glossary: softmax"), '
+        f'[notation](intro.md#line={links.labels["notation"][1]} "Section: notation"), '
+        f'[Vaswani et al. (2017)](references.bib#line={line} "{title} (vaswani2017attention in '
+        'references.bib)") and `split_heads`; `x` stays.'
+    )
+    glossary = (ROOT / "book" / "glossary.md").read_text().splitlines()
+    assert glossary[key] == "key" and glossary[softmax] == "softmax"
+    assert (
+        "vaswani2017attention," in (ROOT / "book" / "references.bib").read_text().splitlines()[line]
+    )
+    assert once.cells[0].metadata["minitransformer"]["api"] == {
+        "split_heads": "minitransformer.attention.split_heads"
+    }
+    assert once.cells[1].metadata["jupyter"] == {"source_hidden": True, "outputs_hidden": True}
+    assert once.metadata == {"kernelspec": normalize_notebooks.KERNELSPEC}
+    twice = normalize_notebooks.normalize(once, ROOT / "book", links)
+    assert nbformat.writes(twice) == nbformat.writes(once)
+    assert nb.cells[0].source.startswith("See {doc}")  # the input is left as it was
+
+
+def test_the_html_reads_normalised_links_as_roles():
+    nb = _nb(
+        nbformat.v4.new_markdown_cell(
+            'See [Attention](attention.ipynb), [keys](glossary.md#line=3 "Glossary: key"), '
+            '[softmax](glossary.md#line=9 "Glossary: softmax"), '
+            '[Vaswani et al. (2017)](references.bib#line=0 "Attention Is All You Need '
+            '(vaswani2017attention in references.bib)") and `split_heads`, not `{doc}`x``; '
+            'the [notation](intro.md#line=51 "Section: notation").',
+            metadata={"minitransformer": {"api": {"split_heads": "minitransformer.attention.x"}}},
+        )
+    )
+    course_book.convert_document_links(nb)
+    course_book.convert_citations(nb)
+    course_book.convert_api_links(nb)
+    assert nb.cells[0].source == (
+        "See {doc}`Attention <attention>`, {term}`keys <key>`, {term}`softmax`, "
+        "{cite:t}`vaswani2017attention` and "
+        "{py:obj}`split_heads <minitransformer.attention.x>`, not `{doc}`x``; "
+        "the {ref}`notation <notation>`."
+    )
 
 
 # -- the HTML reader (book/_ext/course_book.py) ------------------------------------------

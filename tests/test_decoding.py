@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from minitransformer.data import BOS_ID, EOS_ID, PAD_ID, src_padding_mask
@@ -432,7 +432,7 @@ def test_each_bad_argument_gets_a_clear_error(which, overrides, error, match) ->
 def test_sequence_score_and_length_penalty_check_their_arguments() -> None:
     model, src = MODELS[0], sources(0)
     seqs = greedy_decode(model, src, 5, BOS_ID, EOS_ID)
-    with pytest.raises(TypeError, match="seqs must be an integer tensor, got dtype torch.float32"):
+    with pytest.raises(TypeError, match=r"seqs must be an integer tensor of ids .*torch.float32"):
         sequence_score(model, src, seqs.float(), EOS_ID)
     with pytest.raises(ValueError, match=r"seqs must have 2 dimensions \(B, L\)"):
         sequence_score(model, src, seqs[0], EOS_ID)
@@ -466,3 +466,208 @@ def test_decoders_follow_the_device_of_their_inputs(device) -> None:
     assert torch.equal(greedy.cpu(), greedy_decode(model, src, 9, BOS_ID, EOS_ID))
     assert torch.equal(beam.cpu(), beam_search(model, src, 9, BOS_ID, EOS_ID))
     torch.testing.assert_close(score.cpu(), scores.cpu(), atol=1e-4, rtol=0)
+
+
+# --- sampling from a decoder-only model: temperature, top-k, top-p ------------------------------
+
+import math  # noqa: E402
+
+from minitransformer.decoding import MIN_TEMPERATURE, generate, next_token_probs  # noqa: E402
+from minitransformer.lm import DecoderOnlyTransformer  # noqa: E402
+
+
+def direct_probs(
+    logits: list[float], temperature: float, top_k: int | None, top_p: float | None
+) -> list[float]:
+    """The sampling distribution, written out token by token in float64: softmax at the
+    temperature; top-k keeps the tokens with fewer than k logits strictly above theirs; top-p
+    keeps the tokens whose strictly more probable tokens hold less than top_p."""
+    scaled = [x / temperature for x in logits]
+    keep = [True] * len(scaled)
+    if top_k is not None:
+        keep = [sum(y > x for y in scaled) < top_k for x in scaled]
+
+    def softmax(kept: list[bool]) -> list[float]:
+        top = max(x for x, k in zip(scaled, kept, strict=True) if k)
+        e = [math.exp(x - top) if k else 0.0 for x, k in zip(scaled, kept, strict=True)]
+        return [v / sum(e) for v in e]
+
+    p = softmax(keep)
+    if top_p is not None:
+        keep = [k and sum(q for q in p if q > pi) < top_p for pi, k in zip(p, keep, strict=True)]
+        p = softmax(keep)
+    return p
+
+
+def mass_ahead(p: list[float]) -> list[float]:
+    return [sum(q for q in p if q > pi) for pi in p]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    # small integers and halves: many ties, at the top and at the nucleus's edge
+    logits=st.lists(st.integers(-8, 8).map(lambda i: i / 2), min_size=1, max_size=9),
+    temperature=st.sampled_from([0.3, 0.7, 1.0, 2.5]),
+    top_k=st.one_of(st.none(), st.integers(1, 10)),
+    top_p=st.one_of(st.none(), st.floats(0.01, 1.0)),
+)
+def test_top_k_and_top_p_equal_a_direct_implementation(logits, temperature, top_k, top_p):
+    expected = direct_probs(logits, temperature, top_k, top_p)
+    if top_p is not None:
+        # Sums differ by a few ulps between the two implementations: skip a nucleus edge
+        # within 1e-12 of top_p (float64 sums of at most 9 terms of at most 1 err by < 1e-15).
+        p = direct_probs(logits, temperature, top_k, None)
+        assume(all(abs(m - top_p) > 1e-12 for m in mass_ahead(p)))
+    got = next_token_probs(
+        torch.tensor([logits], dtype=torch.float64),
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+    )[0]
+    want = torch.tensor(expected, dtype=torch.float64)
+    assert torch.equal(got == 0, want == 0)  # the same tokens kept
+    # float64 softmax of at most 9 terms: a few ulps apart
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+
+
+def test_top_p_keeps_the_smallest_nucleus_and_ties_at_its_edge() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.2, 0.2, 0.1]], dtype=torch.float64))
+    kept = lambda p: (next_token_probs(logits, top_p=p)[0] > 0).tolist()  # noqa: E731
+    assert kept(0.4) == [True, False, False, False]  # the first already holds 0.4
+    assert kept(0.6) == [True, True, True, False]  # 0.5 + 0.2 reaches it; its tie comes too
+    assert kept(0.95) == [True] * 4
+    assert kept(1.0) == [True] * 4
+    torch.testing.assert_close(
+        next_token_probs(logits, top_p=0.6)[0],
+        torch.tensor([5 / 9, 2 / 9, 2 / 9, 0.0], dtype=torch.float64),
+    )
+
+
+class TableLM(torch.nn.Module):
+    """A stand-in language model whose next-token logits depend only on the last token, read
+    from a table that has tied maxima (what a greedy decoder must break the same way)."""
+
+    max_len = 64
+
+    def __init__(self, table: torch.Tensor) -> None:
+        super().__init__()
+        self.table = table  # (V, V)
+
+    def forward(self, ids: torch.Tensor, cache: object = None) -> torch.Tensor:
+        return self.table[ids]  # (B, T, V)
+
+
+def tied_table(V: int = 7, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randint(0, 3, (V, V), generator=g).float()
+    table[:, V - 1] = table.max(1).values  # the last token ties every row's maximum
+    return table
+
+
+def sampling_lm() -> DecoderOnlyTransformer:
+    torch.manual_seed(0)
+    return DecoderOnlyTransformer(
+        V, d_model=16, num_heads=2, num_layers=2, d_ff=32, max_len=32, dropout=0.0
+    ).eval()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(temperature=1.3, top_k=1),
+        dict(temperature=0.7, top_k=1, top_p=0.9),
+        dict(temperature=MIN_TEMPERATURE / 2),
+        dict(temperature=1e-300),
+        dict(temperature=0.0, top_k=5, top_p=0.5),
+    ],
+)
+def test_top_1_and_a_temperature_below_the_floor_are_greedy_ties_included(options) -> None:
+    model = TableLM(tied_table())
+    prompt = torch.tensor([[0], [3], [6]])
+    gen = torch.Generator().manual_seed(0)
+    state = gen.get_state()
+    out = generate(model, prompt, 20, use_cache=False, generator=gen, **options)
+    greedy = generate(model, prompt, 20, temperature=0.0, use_cache=False)
+    assert torch.equal(out, greedy)
+    assert torch.equal(gen.get_state(), state)  # greedy draws no random number
+    for t in range(1, out.shape[1]):  # the first of tied maxima, as argmax breaks ties
+        row = model.table[out[:, t - 1]]
+        first_max = (row == row.max(1, keepdim=True).values).int().argmax(1)
+        assert torch.equal(out[:, t], first_max)
+
+
+def test_top_k_above_one_samples_among_ties() -> None:
+    """Not greedy: of two tied maxima a top-2 sampler picks both, over enough draws."""
+    table = torch.zeros(3, 3)
+    table[:, 2] = table[:, 1] = 5.0
+    out = generate(
+        TableLM(table), torch.zeros(8, 1, dtype=torch.long), 20, temperature=1.0, top_k=2,
+        use_cache=False, generator=torch.Generator().manual_seed(0),
+    )  # fmt: skip
+    assert set(out[:, 1:].flatten().tolist()) == {1, 2}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    temperature=st.floats(0.0, MIN_TEMPERATURE, exclude_max=True) | st.just(MIN_TEMPERATURE),
+    scale=st.sampled_from([1.0, 1e3, 1e30]),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+)
+def test_a_tiny_temperature_is_never_a_nan(temperature, scale, dtype) -> None:
+    logits = (torch.tensor([[1.0, -2.0, 1.0, 0.5], [0.0, 0.0, 0.0, 0.0]]) * scale).to(dtype)
+    if not torch.isfinite(logits).all():
+        return  # 1e30 in half precision: not a logit anyone has
+    if temperature > 0:
+        probs = next_token_probs(logits, temperature=temperature)
+        assert torch.isfinite(probs).all()
+        torch.testing.assert_close(probs.sum(-1), torch.ones(2, dtype=probs.dtype))
+        if temperature < MIN_TEMPERATURE:  # the limit: uniform over the maxima
+            want = torch.tensor([[0.5, 0, 0.5, 0], [0.25] * 4], dtype=probs.dtype)
+            assert torch.equal(probs, want)
+    model = TableLM(logits.float().repeat(2, 1))  # (4, 4): tokens 0-3 -> rows
+    out = generate(
+        model, torch.tensor([[0]]), 5, temperature=temperature, use_cache=False,
+        generator=torch.Generator().manual_seed(1),
+    )  # fmt: skip
+    assert out.min() >= 0 and out.max() < 4
+
+
+def test_top_p_none_or_one_changes_nothing_and_draws_the_same_numbers() -> None:
+    model, prompt = sampling_lm(), torch.randint(0, V, (3, 2), generator=torch.Generator())
+    for options in (dict(), dict(temperature=0.7, top_k=5), dict(temperature=1.5)):
+        runs = []
+        for top_p in ("default", None, 1.0):
+            gen = torch.Generator().manual_seed(0)
+            extra = {} if top_p == "default" else dict(top_p=top_p)
+            runs.append((generate(model, prompt, 12, generator=gen, **options, **extra), gen))
+        (out, gen), *others = runs
+        for other, other_gen in others:
+            assert torch.equal(out, other)
+            assert torch.equal(gen.get_state(), other_gen.get_state())
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_top_p_sampling_is_seeded_and_stays_in_the_nucleus(use_cache) -> None:
+    model, prompt = sampling_lm(), torch.zeros(4, 1, dtype=torch.long)
+    run = lambda: generate(  # noqa: E731
+        model, prompt, 15, temperature=0.9, top_p=0.5, use_cache=use_cache,
+        generator=torch.Generator().manual_seed(3),
+    )  # fmt: skip
+    out = run()
+    assert torch.equal(out, run())
+    with torch.no_grad():
+        logits = model(out[:, :-1])  # (B, T, V)
+    for t in range(1, out.shape[1]):
+        probs = next_token_probs(logits[:, t - 1], temperature=0.9, top_p=0.5)
+        assert bool((probs.gather(1, out[:, t : t + 1]) > 0).all())
+
+
+@pytest.mark.parametrize(
+    "top_p,error", [(0.0, ValueError), (-0.1, ValueError), (1.5, ValueError),
+                    (math.nan, ValueError), ("0.9", TypeError), (True, TypeError)],
+)  # fmt: skip
+def test_a_bad_top_p_is_a_clear_error(top_p, error) -> None:
+    with pytest.raises(error, match="top_p"):
+        next_token_probs(torch.zeros(1, 4), top_p=top_p)
+    with pytest.raises(error, match="top_p"):
+        generate(sampling_lm(), torch.zeros(1, 1, dtype=torch.long), 2, top_p=top_p)

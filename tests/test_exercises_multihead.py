@@ -54,7 +54,8 @@ def test_split_heads_stub_is_not_attempted(capsys):
             lambda x, h: x.view(x.shape[0], x.shape[1], 4, x.shape[2] // 4).transpose(1, 2),
             "num_heads=2",
         ),
-        # the result is named after the chapter's stub, my_split_heads (not the package's split_heads)
+        # the result is named after the chapter's stub, my_split_heads (not the package's
+        # split_heads)
         (
             lambda x, h: x.transpose(1, 2),
             r"my_split_heads\(x, 4\) for x of shape \(2, 3, 20\) has shape",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from minitransformer.kv_cli import main
-from minitransformer.kv_memory import MODEL_CONFIGS
+from minitransformer.kv_memory import HF_CONFIGS, MODEL_CONFIGS
 
 
 def run_main(capsys, *argv):
@@ -92,9 +92,11 @@ def test_cli_json(capsys):
 def test_cli_list(capsys):
     code, out, _ = run_main(capsys, "--list")
     assert code == 0 and all(name in out for name in MODEL_CONFIGS)
+    assert all(name in out for name in HF_CONFIGS) and "MLA" in out
     code, out, _ = run_main(capsys, "--list", "--json")
     listed = json.loads(out)
-    assert set(listed) == set(MODEL_CONFIGS)
+    assert set(listed) == set(MODEL_CONFIGS) | set(HF_CONFIGS)
+    assert listed["deepseek-ai/DeepSeek-V3"]["kv_lora_rank"] == 512
     assert listed["llama-2-70b"]["num_kv_heads"] == 8
 
 
@@ -237,3 +239,46 @@ def test_console_script():
         [str(exe), "gpt2-small", "--json"], capture_output=True, text=True, check=True
     )
     assert json.loads(result.stdout)["bytes_per_token"] == 36_864
+
+
+def test_cli_published_configs_by_hub_name(capsys):
+    code, out, _ = run_main(capsys, "google/gemma-2-9b", "--seq-len", "8192", "--json")
+    est = json.loads(out)
+    # 21 global layers x 8192 + 21 local x 4096, 8 KV heads x 256 x 2 (K, V), float32 as
+    # published
+    assert code == 0 and est["dtype"] == "float32" and est["dtype_source"] == "config"
+    assert est["bytes_per_sequence"] == (21 * 8192 + 21 * 4096) * 8 * 256 * 2 * 4
+    code, out, _ = run_main(capsys, "deepseek-ai/DeepSeek-V3", "--seq-len", "1000")
+    assert code == 0 and f"{1000 * 61 * 576 * 2:,} bytes" in out and "MLA saving" in out
+
+
+def test_cli_refuses_an_unknown_model_type(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama4_text",
+                "num_hidden_layers": 48,
+                "num_attention_heads": 40,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "attention_chunk_size": 8192,
+            }
+        )
+    )
+    code, out, err = run_main(capsys, str(path), "--seq-len", "100")
+    assert code == 2 and out == ""
+    assert "model_type 'llama4_text', which the calculator does not know" in err
+    assert "--layers, --kv-heads, --head-dim" in err
+
+
+def test_cli_dtype_auto_takes_the_override(tmp_path, capsys):
+    fields = dict(HF_CONFIGS["meta-llama/Meta-Llama-3-8B"], torch_dtype="auto")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    code, out, _ = run_main(capsys, str(path), "--seq-len", "10")
+    assert code == 0 and "pass --dtype" in out
+    code, out, _ = run_main(capsys, str(path), "--seq-len", "10", "--dtype", "fp8", "--json")
+    est = json.loads(out)
+    assert est["bytes_per_sequence"] == 10 * 2 * 32 * 8 * 128 * 1
+    assert est["dtype_source"] == "argument"

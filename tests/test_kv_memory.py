@@ -1,5 +1,6 @@
 """The KV-memory calculator: the formula, the registry of published models, Hugging Face
-config.json files (Llama, Mistral, Qwen2, GPT-2, T5) and the estimate/report behind the CLI."""
+config.json files (Llama, Mistral, Qwen2, Gemma 2 and 3, DeepSeek-V3, Phi-3, GPT-2, T5), the
+refusal of what it does not know, and the estimate/report behind the CLI."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from hypothesis import strategies as st
 
 from minitransformer.kv_memory import (
     DTYPE_BYTES,
+    HF_CONFIGS,
+    HF_MODEL_TYPES,
     MODEL_CONFIGS,
     ModelConfig,
     estimate,
@@ -298,13 +301,26 @@ def test_qwen2_config_with_the_window_on_caps_the_layers_after_max_window_layers
 
 def test_layer_types_say_which_layers_use_the_window():
     fields = MISTRAL_7B | {
+        "model_type": "gemma2",
+        "head_dim": 128,
         "num_hidden_layers": 4,
         "sliding_window": 10,
-        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 1
+        + ["full_attention"],
     }
     cfg = ModelConfig.from_hf_config(fields)
-    assert cfg.window_layers == 2
+    assert cfg.window_layers == 2  # layer_types, not Gemma 2's default alternation (also 2)
     assert cfg.cache_bytes(100) == (2 * 100 + 2 * 10) * per_token(1, 8, 128)
+    three = ModelConfig.from_hf_config(
+        fields | {"layer_types": ["sliding_attention"] * 3 + ["full_attention"]}
+    )
+    assert three.window_layers == 3
+
+
+def test_mistral_ignores_layer_types_as_transformers_does():
+    # MistralConfig warns that it does not use layer_types: every layer keeps the window
+    cfg = ModelConfig.from_hf_config(MISTRAL_7B | {"layer_types": ["full_attention"] * 32})
+    assert cfg.window_layers == 32
 
 
 def test_gpt2_config(tmp_path):
@@ -349,12 +365,27 @@ def test_multi_query_configs_have_one_kv_head():
     cfg = ModelConfig.from_hf_config(GPT2 | {"multi_query": True, "model_type": "gpt_bigcode"})
     assert cfg.num_kv_heads == 1 and cfg.attention == "MQA"
     assert cfg.bytes_per_token(2) == per_token(12, 1, 64)
-    falcon_40b_like = MISTRAL_7B | {
-        "num_key_value_heads": None,
+    # tiiuae/falcon-40b: new_decoder_architecture, 128 query heads, num_kv_heads 8
+    falcon_40b = {
+        "model_type": "falcon",
+        "hidden_size": 8192,
+        "num_attention_heads": 128,
+        "num_hidden_layers": 60,
         "num_kv_heads": 8,
+        "new_decoder_architecture": True,
+    }
+    assert ModelConfig.from_hf_config(falcon_40b).num_kv_heads == 8
+    # tiiuae/falcon-7b: multi_query true (FalconConfig's default too), 71 heads of 64
+    falcon_7b = {
+        "model_type": "falcon",
+        "hidden_size": 4544,
+        "num_attention_heads": 71,
+        "num_hidden_layers": 32,
         "multi_query": True,
     }
-    assert ModelConfig.from_hf_config(falcon_40b_like).num_kv_heads == 8
+    cfg = ModelConfig.from_hf_config(falcon_7b)
+    assert (cfg.num_kv_heads, cfg.head_dim) == (1, 64)
+    assert ModelConfig.from_hf_config(falcon_7b | {"multi_query": False}).num_kv_heads == 71
 
 
 def test_hf_head_dim_field_wins_over_hidden_size():
@@ -374,6 +405,7 @@ def test_any_llama_style_config_gives_the_formula(layers, kv_heads, group, head_
     heads = kv_heads * group
     cfg = ModelConfig.from_hf_config(
         {
+            "model_type": "llama",
             "num_hidden_layers": layers,
             "num_attention_heads": heads,
             "num_key_value_heads": kv_heads,
@@ -402,8 +434,27 @@ def test_any_llama_style_config_gives_the_formula(layers, kv_heads, group, head_
         (dict(num_key_value_heads=0), "num_key_value_heads must be a positive integer, got 0"),
         (dict(sliding_window=4.5), "sliding_window must be a positive integer, got 4.5"),
         (dict(torch_dtype="complex64"), "torch_dtype must be one of .*got 'complex64'"),
-        (dict(use_sliding_window=True), "no first sliding-window layer: .*max_window_layers"),
-        (dict(layer_types=["full_attention"]), "layer_types must list the 32 layers"),
+        (
+            dict(model_type="gemma2", layer_types=["full_attention"]),
+            "layer_types must list the 32 layers",
+        ),
+        (
+            dict(model_type="gemma2", layer_types=["chunked_attention"] * 32),
+            "layer_types holds 'chunked_attention'; the calculator knows only full_attention "
+            "and sliding_attention layers and would need the cache shape of the others",
+        ),
+        (
+            dict(model_type="llama4"),
+            "model_type 'llama4', which the calculator does not know, so it cannot say what "
+            "the model caches .* it reads the model types deepseek_v2, deepseek_v3, falcon, "
+            r".* give its cache shape \(--layers, --kv-heads, --head-dim\)",
+        ),
+        (dict(model_type=None), "no model_type, which the calculator does not know"),
+        (dict(model_type="gemma3"), "model_type 'gemma3' keeps its language model in text_config"),
+        (
+            dict(model_type="deepseek_v3", kv_lora_rank=0),
+            "kv_lora_rank must be a positive integer, got 0",
+        ),
     ],
 )
 def test_bad_hf_configs_name_the_field_and_the_file(tmp_path, change, match):
@@ -457,3 +508,228 @@ def test_report_of_an_encoder_decoder_shows_cross_attention_and_the_total():
     assert f"cross-attention (50 source tokens)  {cross:,} bytes" in text
     assert f"{2 * 100 * per_token(6, 8, 64, 4) + cross:,} bytes" in text  # the total
     assert "exceeds" not in text  # sinusoidal positions: no context limit
+
+
+# --------------------------------------------------------------------------------------------
+# Eight current models: their published config.json values (the fields that shape the cache,
+# written out here as released on the Hugging Face Hub) against bytes computed by hand. All at
+# batch 1 and 2 bytes per element unless said; "layer-positions" = sum over layers of the
+# positions that layer keeps.
+# --------------------------------------------------------------------------------------------
+
+# meta-llama/Meta-Llama-3-8B
+LLAMA_3_8B = {
+    "hidden_size": 4096,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16",
+}
+# Qwen/Qwen2.5-7B: a window of 131072 declared and switched off (use_sliding_window false)
+QWEN2_5_7B = {
+    "hidden_size": 3584,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "sliding_window": 131072,
+    "use_sliding_window": False,
+    "torch_dtype": "bfloat16",
+}
+# google/gemma-2-9b: head_dim 256 although 3584 / 16 = 224; local (window 4096) and global
+# layers alternate, layer 0 local; published in float32
+GEMMA_2_9B = {
+    "cache_implementation": "hybrid",
+    "head_dim": 256,
+    "hidden_size": 3584,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 42,
+    "num_key_value_heads": 8,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "torch_dtype": "float32",
+}
+# google/gemma-3-27b-it: a multimodal config, the language model in text_config; five local
+# layers (window 1024) to one global (sliding_window_pattern 6, Gemma3TextConfig's default)
+GEMMA_3_27B = {
+    "architectures": ["Gemma3ForConditionalGeneration"],
+    "model_type": "gemma3",
+    "text_config": {
+        "head_dim": 128,
+        "hidden_size": 5376,
+        "model_type": "gemma3_text",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 62,
+        "num_key_value_heads": 16,
+        "query_pre_attn_scalar": 168,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+        "sliding_window": 1024,
+    },
+    "torch_dtype": "bfloat16",
+    "vision_config": {"model_type": "siglip_vision_model"},
+}
+# deepseek-ai/DeepSeek-V3: multi-head latent attention
+DEEPSEEK_V3 = {
+    "hidden_size": 7168,
+    "kv_lora_rank": 512,
+    "max_position_embeddings": 163840,
+    "model_type": "deepseek_v3",
+    "num_attention_heads": 128,
+    "num_hidden_layers": 61,
+    "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1,
+    "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "torch_dtype": "bfloat16",
+    "v_head_dim": 128,
+}
+# microsoft/Phi-3-mini-4k-instruct: MHA, 3072 / 32 = 96 per head, a window of 2047 everywhere
+PHI_3_MINI = {
+    "hidden_size": 3072,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "sliding_window": 2047,
+    "torch_dtype": "bfloat16",
+}
+
+N = 32768  # positions per sequence for the comparisons below
+
+PUBLISHED = {  # name -> (fields, bytes per token, bytes of one 32768-position sequence)
+    # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 131,072 per token; no window
+    "meta-llama/Meta-Llama-3-8B": (LLAMA_3_8B, 131_072, 32768 * 131_072),
+    # the same shape; all 32 layers keep only the last 4096 positions
+    "mistralai/Mistral-7B-v0.1": (MISTRAL_7B, 131_072, 4096 * 131_072),
+    # 28 x 4 x 128 x 2 x 2 = 57,344; the switched-off window caps nothing
+    "Qwen/Qwen2.5-7B": (QWEN2_5_7B, 57_344, 32768 * 57_344),
+    # 42 x 8 x 256 x 2 x 2 = 344,064 per token, 8,192 per layer; 21 global layers keep 32768,
+    # 21 local ones 4096: (21 x 32768 + 21 x 4096) x 8,192
+    "google/gemma-2-9b": (GEMMA_2_9B, 344_064, (21 * 32768 + 21 * 4096) * 8_192),
+    # 62 x 16 x 128 x 2 x 2 = 507,904, 8,192 per layer; layers 5, 11, ..., 59 global (10),
+    # 52 local with 1024 positions: (10 x 32768 + 52 x 1024) x 8,192
+    "google/gemma-3-27b-it": (GEMMA_3_27B, 507_904, (10 * 32768 + 52 * 1024) * 8_192),
+    # MLA: 61 layers x (512 latent + 64 rotary key) x 2 bytes = 70,272; no factor 2
+    "deepseek-ai/DeepSeek-V3": (DEEPSEEK_V3, 70_272, 32768 * 70_272),
+    # 32 x 32 x 96 x 2 x 2 = 393,216; every layer keeps 2047 positions
+    "microsoft/Phi-3-mini-4k-instruct": (PHI_3_MINI, 393_216, 2047 * 393_216),
+    # 6 decoder layers x 8 x 64 x 2 x 2 = 12,288 (plus cross-attention, below)
+    "google-t5/t5-small": (T5_SMALL, 12_288, 32768 * 12_288),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_configs_against_hand_computed_bytes(name):
+    fields, per_tok, per_seq = PUBLISHED[name]
+    cfg = ModelConfig.from_hf_config(fields)
+    assert cfg.bytes_per_token(2) == per_tok
+    assert cfg.cache_bytes(N) == per_seq
+    assert cfg.cache_bytes(N, batch_size=3, bytes_per_element=4) == 3 * 2 * per_seq
+    assert estimate(cfg, N, dtype="bf16")["bytes_per_sequence"] == per_seq
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_the_package_holds_the_same_published_fields(name):
+    fields = PUBLISHED[name][0]
+    held = HF_CONFIGS[name]
+    for key, value in held.items():  # the package keeps a subset, with the same values
+        if key != "_name_or_path":
+            want = fields[key]
+            assert value == ({k: want[k] for k in value} if isinstance(value, dict) else want)
+    assert ModelConfig.from_hf_config(held).cache_bytes(N) == PUBLISHED[name][2]
+
+
+def test_gemma_3_12b_text_config_relies_on_the_class_defaults():
+    # google/gemma-3-12b-it's text_config gives neither head_dim (Gemma3TextConfig: 256, not
+    # 3840 / 16 = 240) nor sliding_window_pattern (6)
+    fields = {
+        "model_type": "gemma3",
+        "text_config": {
+            "hidden_size": 3840,
+            "model_type": "gemma3_text",
+            "num_attention_heads": 16,
+            "num_hidden_layers": 48,
+            "num_key_value_heads": 8,
+            "sliding_window": 1024,
+        },
+        "torch_dtype": "bfloat16",
+    }
+    cfg = ModelConfig.from_hf_config(fields)
+    # 48 layers: 8 global (5, 11, ..., 47), 40 local; 8 x 256 x 2 x 2 = 8,192 bytes per layer
+    assert (cfg.head_dim, cfg.window_layers, cfg.dtype) == (256, 40, "bfloat16")
+    assert cfg.cache_bytes(N) == (8 * 32768 + 40 * 1024) * 8_192
+
+
+def test_deepseek_v3_is_not_counted_as_multi_head_attention():
+    cfg = ModelConfig.from_hf_config(DEEPSEEK_V3)
+    assert cfg.attention == "MLA" and cfg.elements_per_position == 512 + 64
+    # what the old calculator printed: 7168 / 128 = 56 per head, 128 KV heads, K and V
+    assert cfg.bytes_per_token(2) != 2 * 61 * 128 * 56 * 2
+    # the decompressed per-head keys (128 + 64) and values (128) of all 128 heads
+    assert cfg.mha_cache_bytes(1) == 61 * 128 * (192 + 128) * 2
+    text = report(cfg, 4096)
+    assert "61 x (512 latent + 64 rotary key)" in text and "MLA saving" in text
+    assert "71.1x" in text  # 4,997,120 / 70,272
+
+
+def test_t5_small_adds_the_cross_attention():
+    cfg = ModelConfig.from_hf_config(T5_SMALL)
+    est = estimate(cfg, 100, src_len=400, dtype="bf16")
+    assert est["cross_attention_bytes_per_batch"] == 400 * 12_288  # 6 x 8 x 64 x 2 x 2
+    assert est["total_bytes_per_batch"] == 500 * 12_288
+
+
+def test_window_counts_agree_with_transformers():
+    """transformers' own config classes, an independent reference, say which layers slide."""
+    transformers = pytest.importorskip("transformers")
+
+    def sliding(config):
+        return config.layer_types.count("sliding_attention")
+
+    gemma2 = transformers.AutoConfig.for_model(**GEMMA_2_9B)
+    assert ModelConfig.from_hf_config(GEMMA_2_9B).window_layers == sliding(gemma2)
+    gemma3 = transformers.AutoConfig.for_model(**GEMMA_3_27B).text_config
+    cfg = ModelConfig.from_hf_config(GEMMA_3_27B)
+    assert (cfg.window_layers, cfg.head_dim) == (sliding(gemma3), gemma3.head_dim)
+    qwen_on = QWEN2_5_7B | {"use_sliding_window": True, "max_window_layers": 20}
+    qwen = transformers.AutoConfig.for_model(**qwen_on)
+    assert ModelConfig.from_hf_config(qwen_on).window_layers == sliding(qwen) == 8
+
+
+def test_torch_dtype_auto_or_missing_takes_the_argument():
+    cfg = ModelConfig.from_hf_config(LLAMA_3_8B | {"torch_dtype": "auto"})
+    assert cfg.dtype is None
+    assert estimate(cfg, 10)["dtype_source"] == "default"
+    assert estimate(cfg, 10, dtype="fp32")["bytes_per_sequence"] == 10 * 2 * 131_072
+    assert "the default: the model names no dtype, pass --dtype" in report(cfg, 10)
+    gemma = ModelConfig.from_hf_config(GEMMA_2_9B)  # float32, as published
+    assert estimate(gemma, 10)["bytes_per_element"] == 4
+    assert estimate(gemma, 10)["dtype_source"] == "config"
+    assert estimate(gemma, 10, dtype="bf16")["dtype_source"] == "argument"
+
+
+def test_every_known_model_type_reads_a_minimal_config():
+    for model_type in HF_MODEL_TYPES:
+        fields = {
+            "model_type": model_type,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 32,  # the class defaults give up to 32 KV heads
+            "hidden_size": 1024,
+        }
+        cfg = ModelConfig.from_hf_config(fields)
+        assert cfg.num_layers == 2 and cfg.bytes_per_token(2) > 0
+
+
+def test_mla_fields_go_together():
+    args = dict(name="m", num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8, d_model=32)
+    with pytest.raises(ValueError, match="kv_lora_rank and qk_rope_head_dim go together"):
+        ModelConfig(**args, max_len=None, source="t", kv_lora_rank=16)

@@ -179,6 +179,10 @@ def test_reference_line_bar_scatter_seeds_annotate() -> None:
     dots, err = plotting.seeds_plot(ax1, ["h=1", "h=2"], [[1.0, 3.0], [2.0, 2.0, 2.0]])
     assert len(dots.get_offsets()) == 5
     np.testing.assert_allclose(err.lines[0].get_ydata(), [2.0, 2.0])  # the means
+    # the error bars: mean -+ the sample standard deviation (ddof = 1): sqrt(2) and 0
+    (bar,) = err.lines[2]
+    ends = [s[:, 1] for s in bar.get_segments()]
+    np.testing.assert_allclose(ends, [[2 - 2**0.5, 2 + 2**0.5], [2.0, 2.0]])
     assert [t.get_text() for t in ax1.get_xticklabels()] == ["h=1", "h=2"]
     with pytest.raises(ValueError, match="one non-empty list"):
         plotting.seeds_plot(ax1, ["a", "b"], [[1.0]])
@@ -224,3 +228,47 @@ def test_diagram_helpers() -> None:
     with pytest.raises(ValueError, match="positive width"):
         plotting.box(ax, (0, 0), 0, 1)
     plt.close(fig)
+
+
+def test_text_is_readable_on_a_phone_and_show_records_its_size(capsys) -> None:
+    """Every helper writes its text at FONT_SIZE or more, so that a 6.4-inch figure, shown in
+    a phone's 358 px column at 358/640 of its size, still reads at 9 px or more; show() stores
+    the smallest size in the PNG for the book's page and its browser check."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    with plt.rc_context(plotting.STYLE):
+        fig, (ax1, ax2) = plotting.figure(ncols=2)
+        plotting.heatmap(ax1, torch.rand(3, 3), annotate=True, title="weights", xlabel="key")
+        plotting.line_plot(ax2, [1, 2, 3], {"a": [1, 2, 3]})
+        plotting.reference_line(ax2, y=2.0, text="chance")
+        plotting.annotate(ax2, "peak", (2, 2), xytext=(1, 3))
+        plotting.finish_axes(ax2, legend=True, xlabel="step", ylabel="loss")
+        px = plotting.smallest_text_px(fig)
+        assert px == pytest.approx(plotting.FONT_SIZE * fig.dpi / 72)
+        assert px * 358 / 640 >= 9.0
+        plotting.show(fig)
+    shown = capsys.readouterr().out
+    bundle = eval(shown)  # show() outside a kernel prints the bundle it displays
+    assert bundle["text/plain"] == "<Figure size 640x360 with 3 Axes>"
+    with Image.open(io.BytesIO(base64.b64decode(bundle["image/png"]))) as im:
+        assert float(im.text[plotting.TEXT_SIZE_KEY]) == pytest.approx(px, abs=0.01)
+    assert not plt.get_fignums()  # closed
+
+
+def test_smallest_text_counts_only_visible_text() -> None:
+    fig, ax = plotting.figure()
+    ax.set_axis_off()
+    assert plotting.smallest_text_px(fig) == 0.0
+    ax.text(0.5, 0.5, "small", fontsize=6)
+    ax.text(0.5, 0.5, "hidden", fontsize=3, visible=False)
+    ax.text(0.5, 0.5, "   ", fontsize=2)
+    assert plotting.smallest_text_px(fig) == pytest.approx(6 * fig.dpi / 72)
+    plt.close(fig)
+
+
+def test_smallest_text_px_needs_a_figure():
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure"):
+        plotting.smallest_text_px("not a figure")

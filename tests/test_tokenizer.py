@@ -381,7 +381,7 @@ def test_bad_encode_and_decode_input(tok):
 
 
 def test_bad_merges():
-    with pytest.raises(ValueError, match=r"merge \(0, 5\) uses id 0"):
+    with pytest.raises(ValueError, match=r"merges\[0\] = \(0, 5\) uses id 0"):
         BPETokenizer([(0, 5)])
     with pytest.raises(ValueError, match="listed twice"):
         BPETokenizer([(5, 6), (5, 6)])

@@ -7,6 +7,7 @@ Adam 0.9 / 0.98 / 1e-9) and torch.nn.CrossEntropyLoss(label_smoothing=...).
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -71,14 +72,10 @@ def test_noam_with_linear_decay(warmup, total, data):
     """The last decay_steps updates are Noam times a factor falling linearly from 1 to
     1 / decay_steps at total_steps; earlier updates are plain Noam; after total_steps, 0."""
     decay = data.draw(st.integers(1, total))
-    lr = lambda s: noam_learning_rate(
-        s,
-        64,
-        warmup,
-        0.5,
-        total_steps=total,  # noqa: E731
-        decay_steps=decay,
-    )
+
+    def lr(s):
+        return noam_learning_rate(s, 64, warmup, 0.5, total_steps=total, decay_steps=decay)
+
     plain = lambda s: noam_learning_rate(s, 64, warmup, 0.5)  # noqa: E731
     for s in range(1, total - decay + 1):
         assert lr(s) == plain(s)
@@ -718,3 +715,144 @@ def test_train_moves_batches_to_the_model_device(device, one_thread):
         assert evaluate_loss(model, [held_out]) > 0  # also moves its batches
     assert histories[1].loss == pytest.approx(histories[0].loss, rel=1e-4)
     assert histories[1].eval_loss == pytest.approx(histories[0].eval_loss, rel=1e-4)
+
+
+def test_train_ddp_script_saves_snapshots_in_both_precisions(tmp_path, monkeypatch):
+    """scripts/train_ddp.py --dtype float32 float64 --snapshots: one process, the weights after
+    the requested updates, each precision from the same initial weights (the chapter's
+    "Scaling out" compares these)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "scripts" / "train_ddp.py"
+    spec = importlib.util.spec_from_file_location("train_ddp", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # not under torchrun
+    out = tmp_path / "snapshots.pt"
+    argv = ["--steps", "2", "--batch-size", "8", "--quiet", "--optimizer", "sgd"]
+    argv += ["--dtype", "float32", "float64", "--snapshots", str(out), "--snapshot-steps", "1", "2"]
+    assert script.main(argv) == 0
+    snapshots = torch.load(out)
+    assert sorted(snapshots) == ["float32", "float64"]
+    for name, dtype in (("float32", torch.float32), ("float64", torch.float64)):
+        assert sorted(snapshots[name]) == [1, 2]
+        assert snapshots[name][1]["tgt_embed.weight"].dtype == dtype
+    # One update apart, and the two precisions agree to float32's rounding.
+    first, second = snapshots["float32"][1], snapshots["float32"][2]
+    assert not torch.equal(first["tgt_embed.weight"], second["tgt_embed.weight"])
+    torch.testing.assert_close(
+        snapshots["float64"][1]["tgt_embed.weight"].float(),
+        first["tgt_embed.weight"],
+        atol=1e-5,
+        rtol=0,
+    )
+
+
+# ---------------------------------------------------------------------------- calibration
+
+
+def _calibration_by_loop(probs, target, num_bins):
+    """Guo et al. (2017), written out one prediction at a time in Python floats."""
+    rows = [[float(v) for v in row] for row in probs.reshape(-1, probs.shape[-1])]
+    ys = [int(y) for y in target.reshape(-1)]
+    groups: list[list[tuple[float, bool]]] = [[] for _ in range(num_bins)]
+    for row, y in zip(rows, ys, strict=True):
+        conf = max(row)
+        b = min(max(math.ceil(conf * num_bins) - 1, 0), num_bins - 1)
+        groups[b].append((conf, row.index(conf) == y))
+    ece = sum(abs(sum(r for _, r in g) - sum(c for c, _ in g)) for g in groups if g) / len(ys)
+    return [len(g) for g in groups], ece
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    v=st.integers(2, 6),
+    num_bins=st.integers(1, 12),
+    seed=st.integers(0, 2**16),
+    sharpness=st.floats(0.1, 8.0),
+)
+def test_calibration_matches_a_loop(n, v, num_bins, seed, sharpness):
+    from minitransformer.training import calibration
+
+    gen = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(sharpness * torch.randn(n, v, generator=gen, dtype=torch.float64), -1)
+    target = torch.randint(0, v, (n,), generator=gen)
+    got = calibration(probs, target, num_bins)
+    counts, ece = _calibration_by_loop(probs, target, num_bins)
+    assert got.counts == counts
+    assert got.ece == pytest.approx(ece, abs=1e-12)
+    # the weighted gaps are at least the gap of the means (triangle inequality), at most 1
+    assert abs(got.mean_accuracy - got.mean_confidence) <= got.ece + 1e-12 <= 1 + 1e-12
+    for c, conf, acc in zip(got.counts, got.confidence, got.accuracy, strict=True):
+        assert (c == 0) == math.isnan(conf) == math.isnan(acc)
+
+
+def test_calibration_known_cases():
+    from minitransformer.training import calibration
+
+    # always right with certainty: perfectly calibrated
+    target = torch.tensor([0, 2, 1])
+    sure = torch.nn.functional.one_hot(target, 3).float()
+    assert calibration(sure, target).ece == 0.0
+    # always right at 0.91 (the smoothed target of V = 10): under-confident by 0.09
+    q = smoothed_targets(target, 10, 0.1)
+    cal = calibration(q, target)
+    assert cal.ece == pytest.approx(0.09, abs=1e-6) and cal.mean_accuracy == 1.0
+    assert cal.counts[9] == 3 and sum(cal.counts) == 3
+    # a (B, T, V) batch with padding (PAD_ID = 0) left out, in 5 bins of width 0.2: 0.65
+    # (right) and 0.75 (wrong) share bin (0.6, 0.8], 0.9 (wrong) is alone in (0.8, 1]
+    probs = torch.tensor(
+        [[[0.15, 0.65, 0.2], [0.05, 0.2, 0.75]], [[0.5, 0.25, 0.25], [0.05, 0.9, 0.05]]]
+    )
+    tgt = torch.tensor([[1, 1], [PAD_ID, 2]])
+    cal = calibration(probs, tgt, num_bins=5, ignore_index=PAD_ID)
+    assert cal.counts == [0, 0, 0, 2, 1] and cal.mean_accuracy == pytest.approx(1 / 3)
+    # bin gaps |1/2 - 0.7| and |0 - 0.9|, weighted by 2/3 and 1/3
+    assert cal.ece == pytest.approx((2 * 0.2 + 0.9) / 3, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("probs", "target", "kwargs", "error", "words"),
+    [
+        (torch.randn(4, 3), torch.zeros(4, dtype=torch.long), {}, ValueError, "non-negative"),
+        (torch.full((4, 3), 0.5), torch.zeros(4, dtype=torch.long), {}, ValueError, "sum to 1"),
+        (torch.full((4, 3), 1 / 3), torch.zeros(5, dtype=torch.long), {}, ValueError, "match"),
+        (torch.full((4, 3), 1 / 3), torch.full((4,), 3), {}, ValueError, "[0, 3)"),
+        (torch.full((4, 3), 1 / 3), torch.zeros(4), {}, TypeError, "target"),
+        (
+            torch.ones(4, 3, dtype=torch.long),
+            torch.zeros(4, dtype=torch.long),
+            {},
+            TypeError,
+            "probs",
+        ),
+        (
+            torch.full((4, 3), 1 / 3),
+            torch.zeros(4, dtype=torch.long),
+            {"num_bins": 0},
+            ValueError,
+            "num_bins",
+        ),
+        (
+            torch.full((2, 3), 1 / 3),
+            torch.full((2,), PAD_ID),
+            {"ignore_index": PAD_ID},
+            ValueError,
+            "no predictions",
+        ),
+        (
+            torch.full((2, 3), float("nan")),
+            torch.zeros(2, dtype=torch.long),
+            {},
+            ValueError,
+            "finite",
+        ),
+    ],
+)
+def test_calibration_bad_inputs(probs, target, kwargs, error, words):
+    from minitransformer.training import calibration
+
+    with pytest.raises(error, match=re.escape(words)):
+        calibration(probs, target, **kwargs)

@@ -36,6 +36,11 @@ from minitransformer.exercises._core import (
     seeded,
     when,
 )
+from minitransformer.exercises.ablations import (
+    check_implied_vocabulary,
+    check_verdict,
+    check_welch_t,
+)
 from minitransformer.exercises.attention import (
     check_attention,
     check_causal_mask,
@@ -109,6 +114,9 @@ __all__ = [
     "check_noam_learning_rate",
     "check_smoothed_targets",
     "check_teacher_forcing",
+    "check_implied_vocabulary",
+    "check_welch_t",
+    "check_verdict",
     "check_kv_cache_bytes",
     "check_online_softmax_step",
     "check_cache_append",

@@ -28,8 +28,8 @@ def _bytes(
     width: int | None = None,
 ) -> int:
     """``factor x batch x seq_len x layers x width x bytes``, with one factor changed: a mistake."""
-    width = width or (heads or c.num_kv_heads) * c.head_dim  # numbers per position and layer
-    return factor * batch * seq_len * (layers or c.num_layers) * width * bpe
+    per_layer = width or (heads or c.num_kv_heads) * c.head_dim  # numbers per position, layer
+    return factor * batch * seq_len * (layers or c.num_layers) * per_layer * bpe
 
 
 _BYTES_MISTAKES = [
@@ -66,8 +66,8 @@ _BYTES_MISTAKES = [
         lambda c, n, b, e: _bytes(c, n, b, e, width=c.d_model),
         lambda where, config: (
             f"{where} uses d_model = {config.d_model}; one position stores "
-            f"num_kv_heads x head_dim = {config.num_kv_heads * config.head_dim} numbers per layer for "
-            "K (and as many for V)"
+            f"num_kv_heads x head_dim = {config.num_kv_heads * config.head_dim} numbers per "
+            "layer for K (and as many for V)"
         ),
     ),
 ]

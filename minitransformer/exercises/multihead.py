@@ -216,8 +216,13 @@ def check_multi_head_attention(gen: torch.Generator) -> list[Case]:
     """Check ``fn(mha, query, key, value, mask=None) -> (B, T, d_model)``, built from ``mha``'s
     projections and the single-head function, against ``mha`` itself (cross-attention, T != S)."""
     d_model, h, B, T, S = 12, 3, 2, 4, 5
-    mha = seeded(0, lambda: MultiHeadAttention(d_model, h).eval())
-    query, key, value = (torch.randn(B, n, d_model, generator=gen) for n in (T, S, S))
+    # float64: a right answer differs from mha's own output by rounding only (sums of 12 terms,
+    # about 1e-15), a wrong one by about 0.1, so the default tolerance (1e-5) tells them apart
+    # on any CPU.
+    mha = seeded(0, lambda: MultiHeadAttention(d_model, h).double().eval())
+    query, key, value = (
+        torch.randn(B, n, d_model, generator=gen, dtype=torch.float64) for n in (T, S, S)
+    )
     return [
         Case(
             "for query (2, 4, 12), key/value (2, 5, 12)",

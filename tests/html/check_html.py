@@ -44,13 +44,24 @@ At both widths it asserts:
 * every error output (a checker's hint, a traceback) wraps: its text is wider than its box
   nowhere, so the whole hint is visible without scrolling.
 
+At 1280 px it also asserts that no code cell, code block or printed output is wider than
+its box (the code is formatted to 76 columns, book/ruff.toml; printed output wraps), that no
+formula shows a backslash (a TeX escape such as `\\_` rendered as it is, or an unknown
+macro: found in MathJax's internal tree), and, at both widths, that no inline formula is cut
+and that every figure of a cell output shows its smallest text at 9 px or more (the size that
+`minitransformer.plotting.show` records in the PNG, times the scale the page shows it at).
+A display equation or a figure that is wider than its box must scroll, with the scroll badge
+of `book/_static/reading.js`.
+
 At 390 px it also asserts:
 
 * the page does not scroll sideways (`document.documentElement.scrollWidth <= innerWidth`; a
   failure names the elements that stick out);
 * the site-navigation button (☰) is visible and opens the navigation, which links to every page
   of `_toc.yml` and shows every chapter; the contents button, where the page has one, opens the
-  page's contents; Escape closes both;
+  page's contents; Escape closes both; a tap on a section in the contents closes them and
+  shows that section;
+* no code or output box is clipped (one may scroll sideways inside its box);
 * no JavaScript error, as at 1280 px.
 
 The bibliography is checked from the HTML files: its labels are author-year ("Vaswani et al.,
@@ -65,8 +76,11 @@ CSS file may reference an external script, stylesheet, font or image.
 A full-page screenshot of each page is saved as SCREENSHOTS/<page path with / -> ->.png
 (taken with solutions collapsed), one at phone width as ...-phone.png, and one of the root
 page with the phone navigation open as ...-phone-nav.png. The script prints one line per page,
-then every failure, and exits 1 if anything failed (2 for a usage problem: no build, no
-Chromium, no toc).
+then every failure, and exits 1 if anything failed. The worst page of each kind of defect
+(code overflow at 1280 px, display equations that scroll, inline formulas cut, the smallest
+figure text at 390 px, TeX escapes) is shot again with that place in view, as
+SCREENSHOTS/worst-*.png. The exit status is 1 if anything failed (2 for a usage problem: no
+build, no Chromium, no toc). `--json FILE` writes each page's counts and failures.
 """
 
 from __future__ import annotations
@@ -75,6 +89,7 @@ import argparse
 import functools
 import html
 import http.server
+import json
 import os
 import re
 import shutil
@@ -273,7 +288,7 @@ JS_EQUATIONS = (
     + JS_BOX_HELPERS
     + """
   const boxes = Array.from(document.querySelectorAll('mjx-container[display="true"]'));
-  const clipped = [];
+  const clipped = [], wide = [];
   let scrolling = 0;
   for (const box of boxes) {
     const tex = (box.closest('.math') || box).textContent.replace(/\\s+/g, ' ').trim().slice(0, 60);
@@ -287,19 +302,22 @@ JS_EQUATIONS = (
       clipped.push(`wider than its box (${widths}), which does not scroll: ${tex}`);
       continue;
     }
+    // The cue of book/_static/reading.js and course.css: data-more on the box's parent and
+    // the badge it draws, read before scrolling (scrolling moves the cue).
+    const holder = box.parentElement;
+    const badge = holder ? getComputedStyle(holder, '::after').content : 'none';
+    const cue = !!holder && holder.hasAttribute('data-more') && badge && badge !== 'none';
     const before = box.scrollLeft;
     box.scrollLeft = box.scrollWidth;
     const reachable = math.getBoundingClientRect().right <= box.getBoundingClientRect().right + 1;
     box.scrollLeft = before;
-    const s = getComputedStyle(box);
-    const cue = /gradient/.test(s.backgroundImage) && /local/.test(s.backgroundAttachment);
     if (!reachable) clipped.push(`its end cannot be scrolled into view: ${tex}`);
     else if (!cue) {
-      clipped.push(`scrolls (${widths}) with nothing to show it does (no edge shadow): ${tex}`);
+      clipped.push(`scrolls (${widths}) with nothing to show it does (no scroll badge): ${tex}`);
     }
-    else scrolling++;
+    else { scrolling++; wide.push(`${widths}: ${tex}`); }
   }
-  return {n: boxes.length, scrolling, clipped};
+  return {n: boxes.length, scrolling, clipped, wide};
 }"""
 )
 
@@ -358,6 +376,154 @@ JS_DIALOG_LINKS = """(id) => {
   return d ? Array.from(d.querySelectorAll('a[href]'))
                   .filter(a => a.checkVisibility({visibilityProperty: true, opacityProperty: true}))
                   .length : 0;
+}"""
+
+# Code and printed output wider than its box: [{kind, px, box, line, cut, scrolls, tag}].
+# `line` is the longest line, `cut` names an enclosing box that cuts the box itself.
+JS_CODE_BOXES = (
+    """() => {"""
+    + JS_BOX_HELPERS
+    + """
+  const out = [];
+  const seen = new Set();
+  for (const pre of document.querySelectorAll(
+      'div.cell_input pre, div.cell_output pre, div.highlight pre')) {
+    if (seen.has(pre) || !pre.checkVisibility()) continue;  // a collapsed solution
+    seen.add(pre);
+    const kind = pre.closest('div.cell_output') ? 'output'
+               : pre.closest('div.cell_input') ? 'code cell' : 'code block';
+    const lines = pre.textContent.split('\\n');
+    const longest = lines.reduce((a, b) => (b.length > a.length ? b : a), '');
+    const hidden = pre.scrollWidth - pre.clientWidth;
+    const cut = cutBy(pre);
+    if (hidden <= 1 && !cut) continue;
+    const cell = pre.closest('.cell');
+    out.push({kind, px: hidden, box: pre.clientWidth, line: longest.trim().slice(0, 90),
+              chars: longest.length, cut, scrolls: scrolls(pre),
+              tag: cell ? (cell.id || '') : ''});
+  }
+  return out;
+}"""
+)
+
+# Inline formulas that the column or an enclosing box cuts: [tex ...].
+JS_INLINE_MATH = (
+    """() => {"""
+    + JS_BOX_HELPERS
+    + """
+  const out = [];
+  for (const box of document.querySelectorAll('mjx-container:not([display="true"])')) {
+    // Not the sidebars' copies (a heading's formula in the contents): off-canvas on a phone.
+    if (!box.checkVisibility() || box.closest('.bd-sidebar-secondary, .bd-sidebar-primary'))
+      continue;
+    // In a box that scrolls sideways (a wide table), a reader scrolls to it: only that box
+    // must not be cut.
+    let scroller = null;  // the outermost such box
+    for (let p = box.parentElement; p && p !== document.body; p = p.parentElement)
+      if (scrolls(p)) scroller = p;
+    if (scroller) {
+      const cutScroller = cutBy(scroller);
+      if (cutScroller) out.push(`its scrolling box is cut by ${cutScroller}`);
+      continue;
+    }
+    const cut = cutBy(box);
+    // MathJax 4 breaks a long inline formula into several boxes, one per line.
+    const parts = box.querySelectorAll(':scope > mjx-linebox, :scope > mjx-math');
+    const tex = (box.closest('.math') || box.parentElement || box).textContent
+        .replace(/\\s+/g, ' ').trim().slice(0, 60);
+    if (cut) { out.push(`cut by ${cut}: ${tex}`); continue; }
+    for (const p of parts) {
+      const r = p.getBoundingClientRect();
+      if (r.right > innerWidth + 1 || r.left < -1) { out.push(`off the window: ${tex}`); break; }
+    }
+  }
+  return out;
+}"""
+)
+
+# What MathJax shows of a backslash: a TeX escape (\_ in \text{...} without textmacros) or an
+# undefined macro, in the text of a token (mtext, mi, mo). [{text, tex}].
+JS_MATH_BACKSLASHES = """() => {
+  const mj = window.MathJax;
+  const doc = mj && mj.startup && mj.startup.document;
+  if (!doc || !doc.math) return null;
+  const out = [];
+  for (const item of doc.math) {
+    const shown = [];
+    item.root.walkTree(node => {
+      if (node.isToken && typeof node.getText === 'function' && node.getText().includes('\\\\'))
+        shown.push(node.getText());
+    });
+    if (shown.length) out.push({text: shown.join(' '), tex: String(item.math).slice(0, 80)});
+  }
+  return out;
+}"""
+
+# Figures in cell outputs: [{src, natural, shown, box, scrolls, cut}], widths in CSS px.
+JS_FIGURES = (
+    """() => {"""
+    + JS_BOX_HELPERS
+    + """
+  return Array.from(document.querySelectorAll('div.cell_output img')).filter(
+      img => img.checkVisibility()).map(img => {
+    const box = img.parentElement;
+    return {src: img.getAttribute('src') || '', natural: img.naturalWidth,
+            shown: img.getBoundingClientRect().width,
+            box: box ? box.clientWidth : 0,
+            scrolls: !!box && scrolls(box) && box.scrollWidth > box.clientWidth + 1,
+            cut: box && scrolls(box) ? cutBy(box) : cutBy(img)};
+  });
+}"""
+)
+
+# The first link of the page's contents (a section of this page), for the drawer check.
+JS_CONTENTS_LINK = """(id) => {
+  const d = document.getElementById(id);
+  const links = d ? Array.from(d.querySelectorAll('a[href^="#"]'))
+      .filter(a => a.checkVisibility() && a.getAttribute('href').length > 1) : [];
+  const a = links[Math.min(1, links.length - 1)];
+  return a ? a.getAttribute('href') : null;
+}"""
+
+JS_TARGET_IN_VIEW = """(hash) => {
+  const t = document.getElementById(decodeURIComponent(hash.slice(1)));
+  if (!t) return null;
+  const r = t.getBoundingClientRect();
+  return r.top >= -2 && r.top < innerHeight * 0.5;
+}"""
+
+# Scroll the worst instance of one kind of defect into view, for its screenshot.
+JS_SHOW_WORST = """([kind, src]) => {
+  const show = el => { if (el) el.scrollIntoView({block: 'center'}); return !!el; };
+  const wider = el => el.checkVisibility() && el.scrollWidth > el.clientWidth + 1;
+  if (kind === 'code') {
+    const pres = Array.from(document.querySelectorAll('div.cell_input pre, div.cell_output pre'))
+        .filter(wider)
+        .sort((a, b) => (b.scrollWidth - b.clientWidth) - (a.scrollWidth - a.clientWidth));
+    return show(pres[0]);
+  }
+  if (kind === 'equation')
+    return show(Array.from(document.querySelectorAll('mjx-container[display="true"]'))
+                .filter(wider).sort((a, b) => b.scrollWidth - a.scrollWidth)[0]);
+  if (kind === 'figure')
+    return show(Array.from(document.querySelectorAll('div.cell_output img'))
+                .find(img => (img.getAttribute('src') || '') === src));
+  if (kind === 'escape') {
+    const doc = window.MathJax && MathJax.startup && MathJax.startup.document;
+    for (const item of (doc ? doc.math : [])) {
+      let found = false;
+      item.root.walkTree(n => {
+        if (n.isToken && n.getText && n.getText().includes('\\\\')) found = true;
+      });
+      if (found) return show(item.typesetRoot);
+    }
+    return false;
+  }
+  if (kind === 'inline')
+    return show(Array.from(document.querySelectorAll('mjx-container:not([display="true"])'))
+                .sort((a, b) => b.getBoundingClientRect().right
+                                - a.getBoundingClientRect().right)[0]);
+  return false;
 }"""
 
 # --------------------------------------------------------------------------------------
@@ -675,6 +841,220 @@ def check_equations_and_errors(page, res: PageResult, width: str) -> None:
         )
 
 
+#: The smallest figure text a reader can read, in CSS px (at the width the page shows it).
+MIN_FIGURE_TEXT_PX = 9.0
+#: The PNG text chunk where minitransformer.plotting.show() stores a figure's smallest text.
+FIGURE_TEXT_KEY = "minitransformer:smallest-text-px"
+
+
+def smallest_text_px(image: Path) -> float | None:
+    """The smallest text of a figure's PNG, in image pixels, as plotting.show() recorded it."""
+    from PIL import Image
+
+    try:
+        with Image.open(image) as im:
+            value = im.text.get(FIGURE_TEXT_KEY) if hasattr(im, "text") else None
+    except OSError:
+        return None
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None
+
+
+def check_code_boxes(page, res: PageResult, width: str) -> None:
+    """At desk width no code cell, code block or printed output is wider than its box; at
+    phone width one may scroll inside its box, but none is clipped (a box that does not scroll,
+    or an enclosing box that cuts it)."""
+    boxes = page.evaluate(JS_CODE_BOXES)
+    at = f" at {width} px" if width else ""
+    clipped = [
+        f"{b['kind']}: "
+        + (
+            f"cut by {b['cut']}"
+            if b["cut"]
+            else f"{b['px']} px hidden, and its box does not scroll"
+        )
+        + f": {b['line']}"
+        for b in boxes
+        if b["cut"] or not b["scrolls"]
+    ]
+    if clipped:
+        res.fail(f"{len(clipped)} code or output boxes clipped{at}", clipped)
+    if not width:
+        wide = [
+            f"{b['kind']} {b['px']} px wider than its {b['box']} px box "
+            f"({b['chars']} characters): {b['line']}"
+            for b in boxes
+            if not b["cut"]
+        ]
+        res.stats["code_overflow"] = len(wide)
+        res.stats["code_overflow_inputs"] = sum(
+            1 for b in boxes if not b["cut"] and b["kind"] != "output"
+        )
+        res.stats["code_overflow_px"] = max((b["px"] for b in boxes), default=0)
+        if wide:
+            res.fail(
+                f"{len(wide)} code cells or outputs scroll sideways at desk width "
+                "(format code to 76 columns, print shorter lines)",
+                wide,
+            )
+
+
+def check_inline_math(page, res: PageResult, width: str) -> None:
+    """No inline formula is cut by the window or by an enclosing box."""
+    cut = page.evaluate(JS_INLINE_MATH)
+    res.stats["inline_clipped" + width] = len(cut)
+    if cut:
+        at = f" at {width} px" if width else ""
+        res.fail(f"{len(cut)} inline formulas clipped{at}", cut)
+
+
+def check_math_backslashes(page, res: PageResult) -> None:
+    """No formula shows a backslash: a TeX escape that MathJax printed as it is (\\_ in a
+    \\text{...}), or a macro it does not know. JupyterLab renders these differently."""
+    found = page.evaluate(JS_MATH_BACKSLASHES)
+    if found is None:
+        return
+    res.stats["tex_escapes"] = len(found)
+    if found:
+        res.fail(
+            f"{len(found)} formulas show a backslash (a TeX escape rendered as it is: write "
+            "\\text{warmup steps}, not \\text{warmup\\_steps})",
+            [f"shows {f['text']!r} in {f['tex']}" for f in found],
+        )
+
+
+def check_figures(page, res: PageResult, build: Path, rel: str, width: str) -> None:
+    """Every figure of a cell output shows its smallest text at MIN_FIGURE_TEXT_PX or more
+    (the size plotting.show() recorded in the PNG, times the scale the page shows it at), and
+    a figure that is wider than its box scrolls inside it."""
+    small, unknown, cut, sizes = [], [], [], []
+    for fig in page.evaluate(JS_FIGURES):
+        src = fig["src"].split("?")[0]
+        if not src or src.startswith("data:") or not fig["natural"]:
+            continue
+        path = (build / Path(rel).parent / unquote(src)).resolve()
+        px = smallest_text_px(path)
+        if px is None:
+            unknown.append(src)
+            continue
+        shown = px * fig["shown"] / fig["natural"]
+        if not sizes or shown < min(sizes):
+            res.stats["figure_text_min_src" + width] = fig["src"]
+        sizes.append(shown)
+        if shown < MIN_FIGURE_TEXT_PX - 0.05:
+            small.append(
+                f"{Path(src).name}: smallest text {shown:.1f} px (the image is shown at "
+                f"{fig['shown']:.0f} of its {fig['natural']} px)"
+            )
+        if fig["cut"]:
+            cut.append(f"{Path(src).name}: cut by {fig['cut']}")
+    at = f" at {width} px" if width else ""
+    res.stats["figure_text_min" + width] = min(sizes) if sizes else None
+    res.stats["figures_small" + width] = len(small)
+    if small:
+        res.fail(
+            f"{len(small)} figures show text smaller than {MIN_FIGURE_TEXT_PX:g} px{at}", small
+        )
+    if unknown:
+        res.fail(
+            f"{len(unknown)} figures record no text size (draw them with "
+            "minitransformer.plotting and show them with plotting.show)",
+            unknown,
+        )
+    if cut:
+        res.fail(f"{len(cut)} figures clipped{at}", cut)
+
+
+def check_contents_drawer(page, res: PageResult, width: str) -> None:
+    """At phone width, a tap on a section in the page's contents closes the drawer and shows
+    that section."""
+    dialog = "pst-secondary-sidebar-modal"
+    href = page.evaluate(JS_CONTENTS_LINK, dialog)
+    if href is None:
+        return
+    page.locator(f'#{dialog} a[href="{href}"]').first.click()
+    page.wait_for_timeout(500)
+    if page.evaluate(JS_DIALOG_OPEN, dialog):
+        res.fail(f"at {width} px the page's contents stay open after a tap on {href}")
+        page.keyboard.press("Escape")
+        return
+    res.stats["drawer"] = "closes"
+    if page.evaluate(JS_TARGET_IN_VIEW, href) is False:
+        res.fail(f"at {width} px a tap on {href} in the contents does not show that section")
+
+
+# The screenshots of the worst page of each kind: (file name, what, the page's stat, which
+# end is worst, the width, the JS_SHOW_WORST kind).
+WORST = [
+    (
+        "worst-code-desk",
+        "code wider than its box at 1280 px",
+        "code_overflow_px",
+        max,
+        "desk",
+        "code",
+    ),
+    (
+        "worst-equation-phone",
+        "display equations that scroll at 390 px",
+        "equations_scrolling390",
+        max,
+        "phone",
+        "equation",
+    ),
+    (
+        "worst-inline-math-phone",
+        "inline formulas clipped at 390 px",
+        "inline_clipped390",
+        max,
+        "phone",
+        "inline",
+    ),
+    (
+        "worst-figure-text-phone",
+        "the smallest figure text at 390 px",
+        "figure_text_min390",
+        min,
+        "phone",
+        "figure",
+    ),
+    ("worst-tex-escapes", "formulas that show a backslash", "tex_escapes", max, "desk", "escape"),
+]
+
+
+def shoot_worst(
+    contexts: dict, origin: str, results: list[PageResult], shots: Path, args
+) -> list[str]:
+    """A screenshot of the worst page of each kind of WORST, its worst instance in view.
+    Returns one line per screenshot taken."""
+    lines = []
+    for name, what, stat, worst, width, kind in WORST:
+        scored = [(r.stats[stat], r) for r in results if r.stats.get(stat) is not None]
+        if not scored:
+            continue
+        value, res = worst(scored, key=lambda pair: pair[0])
+        page = contexts[width].new_page()
+        page.set_default_timeout(args.timeout * 1000)
+        try:
+            page.goto(f"{origin}/{res.path}", wait_until="load")
+            page.evaluate(JS_FONTS_READY, int(args.timeout * 1000))
+            page.evaluate(JS_MATHJAX_READY, int(args.timeout * 1000))
+            page.evaluate(JS_IMAGES)
+            page.wait_for_timeout(300)
+            page.evaluate(JS_SHOW_WORST, [kind, res.stats.get("figure_text_min_src390", "")])
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(shots / f"{name}.png"))
+            shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+            lines.append(f"{name}.png: {what}, worst on {res.path} ({shown})")
+        except Exception as exc:
+            lines.append(f"{name}.png: not taken ({type(exc).__name__})")
+        finally:
+            page.close()
+    return lines
+
+
 def open_dialog(page, button, dialog: str, failure: str, res: PageResult) -> bool:
     """Click `button`; True if the <dialog id=`dialog`> opened, else record `failure`."""
     button.click()
@@ -741,6 +1121,9 @@ def check_phone(
                 sideways["culprits"],
             )
         check_equations_and_errors(page, res, width)
+        check_code_boxes(page, res, width)
+        check_inline_math(page, res, width)
+        check_figures(page, res, args.build, rel, width)
         if shots is not None:
             page.screenshot(
                 path=str(shots / (docname.replace("/", "-") + "-phone.png")), full_page=True
@@ -794,6 +1177,14 @@ def check_phone(
                 f"at {width} px Escape does not close the page's contents",
                 res,
             )
+            if open_dialog(
+                page,
+                contents.first,
+                "pst-secondary-sidebar-modal",
+                f"at {width} px the contents button does not open the contents a second time",
+                res,
+            ):
+                check_contents_drawer(page, res, width)
 
         js_errors = [e for e in js_errors if not benign(e, known)]
         if js_errors:
@@ -928,6 +1319,10 @@ def check_page(
                 res.fail(f"the favicon {url} does not load (HTTP {response.status})")
 
         check_equations_and_errors(page, res, "")
+        check_code_boxes(page, res, "")
+        check_inline_math(page, res, "")
+        check_math_backslashes(page, res)
+        check_figures(page, res, args.build, rel, "")
 
         # Sidebar.
         res.stats["sidebar"] = check_navigation(
@@ -1075,6 +1470,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=60, help="seconds per page step (default 60)")
     ap.add_argument("--no-click", action="store_true", help="do not click solutions open")
+    ap.add_argument("--json", type=Path, help="write each page's counts and failures here")
     ap.add_argument(
         "--min-solutions",
         type=int,
@@ -1219,6 +1615,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             for n in r.notes:
                 print(f"        note: {n}")
+        if shots is not None:
+            for line in shoot_worst(
+                {"desk": context, "phone": phone}, server.origin, results, shots, args
+            ):
+                print(f"check_html: {line}")
         context.close()
         phone.close()
         browser.close()
@@ -1268,6 +1669,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r.stats.get('errors_allowed', 0) for r in results)} expected error outputs"
         + (f"; screenshots in {shots}" if shots else "")
     )
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [{"page": r.path, "stats": r.stats, "failures": r.failures} for r in results],
+                indent=1,
+            )
+        )
     return report("check_html", "pages", results, book_failures)
 
 

@@ -38,6 +38,15 @@ every code cell has run, and reports the run time), it asserts:
   are widgets (a progress element), not text in stderr;
 * no page or console error, except the short, explained list KNOWN_BENIGN below.
 
+Before Run All it also asserts that the notebook, opened with its kernel connected, is not
+marked modified and that saving it (File > Save) writes exactly the committed file, so that
+a learner's autosave changes nothing in git; that every stored solution's output is hidden
+with its code; and that no link of a rendered cell leads nowhere (a `cite:` or `api:`
+address, or `#`). Once per run it clicks one link of each kind (LINK_KINDS: a chapter, a
+section of another document, a glossary term, a citation), each in a fresh tab of the first
+chapter that has one, and asserts that JupyterLab opens its target (a text file at the
+line of its fragment).
+
 After the run of the warm-up it types a wrong answer into the softmax exercise's stub (the
 textbook softmax, without the subtraction of the maximum), runs the stub and its checker, and
 asserts that the checker's whole hint (the message the package's checker gives for that
@@ -71,6 +80,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote
 
 import nbformat
 
@@ -216,10 +226,16 @@ JS_CELLS = (
       // "Citation Not Found" (the key shown in yellow).
       info.not_found = out ? Array.from(out.querySelectorAll('[title$="Not Found"]'))
                                   .map(e => `${e.title}: ${e.innerText.slice(0, 60)}`) : [];
+      info.links = out ? Array.from(out.querySelectorAll('a')).map((a, n) => ({
+          n, href: a.getAttribute('href') || '', text: a.innerText.trim().slice(0, 60),
+          title: a.title || '', code: !!a.querySelector('code')})) : [];
     } else if (m.type === 'code') {
       const placeholder = node.querySelector('.jp-InputPlaceholder');
       info.input_collapsed = vis(placeholder) && !vis(node.querySelector('.jp-InputArea-editor'));
       info.placeholder = placeholder ? placeholder.innerText.trim() : '';
+      const area = node.querySelector('.jp-Cell-outputWrapper');
+      info.outputs_shown = !!area && vis(area)
+          && Array.from(area.querySelectorAll('.jp-OutputArea-output')).some(vis);
       info.outputs = [];
       const children = cell.outputArea ? cell.outputArea.widgets : [];
       for (let j = 0; j < m.outputs.length; j++) {
@@ -260,6 +276,40 @@ JS_CELL_NODE_TOP = (
 JS_SOURCE = (
     """(i) => {""" + JS_NOTEBOOK + """ return nb.widgets[i].model.sharedModel.getSource(); }"""
 )
+
+JS_DIRTY = """() => { """ + JS_NOTEBOOK + """ return panel.context.model.dirty; }"""
+
+JS_SAVE = """async () => {
+  await window.jupyterapp.commands.execute('docmanager:save');
+  return true;
+}"""
+
+# Click link `n` of markdown cell `i`; JupyterLab opens its target in a new tab.
+JS_LINK_NODE = (
+    """([i, n]) => {"""
+    + JS_NOTEBOOK
+    + """ return nb.widgets[i].node.querySelectorAll('.myst a, .jp-MarkdownOutput a')[n]; }"""
+)
+
+# The tab JupyterLab shows now: its file and, for a text editor, the cursor's line.
+JS_CURRENT = """() => {
+  const w = window.jupyterapp.shell.currentWidget;
+  if (!w || !w.context) return null;
+  const editor = w.content && w.content.editor;
+  return {path: w.context.path, id: w.id,
+          line: editor && editor.getCursorPosition ? editor.getCursorPosition().line : null};
+}"""
+
+# What a link of a rendered markdown cell points to, by the kind of link it should be.
+LINK_KINDS = {
+    "chapter": re.compile(r"^[\w-]+\.ipynb$"),
+    "section": re.compile(r"^(?!glossary\.md)[\w-]+\.(md#line=\d+|ipynb#[\w-]+)$"),
+    "glossary": re.compile(r"^glossary\.md#line=\d+$"),
+    "citation": re.compile(r"^references\.bib#line=\d+$"),
+}
+# Links that JupyterLab cannot follow: a Sphinx role's address, or nowhere.
+DEAD_LINK = re.compile(r"^(cite:|api:|#$|$)")
+
 
 # --------------------------------------------------------------------------------------
 # What a chapter must show, read from the notebook.
@@ -457,6 +507,27 @@ def check_cells(cells: list[dict], exp: Expectations, res: PageResult, state: st
     for i in exp.solutions:
         if not by_index[i].get("details"):
             res.fail(f"{at}cell {i}: the solution does not render as a dropdown")
+    dead = [
+        f"cell {c['index']}: [{link['text']}]({link['href'] or 'nowhere'})"
+        for c in cells
+        if c["type"] == "markdown"
+        for link in c.get("links", [])
+        if DEAD_LINK.match(link["href"])
+    ]
+    if dead:
+        res.fail(
+            f"{at}{len(dead)} links lead nowhere in JupyterLab (run "
+            "scripts/normalize_notebooks.py)",
+            dead,
+        )
+    # As stored. (Running a cell shows its new output: after Run All, a solution's verdict
+    # shows under its collapsed code.)
+    for i in exp.solution_code if state == "before" else []:
+        if by_index[i].get("outputs_shown"):
+            res.fail(
+                f"{at}cell {i}: the solution's output shows under the closed solution (store "
+                "it with jupyter.outputs_hidden: scripts/normalize_notebooks.py)"
+            )
     for i in exp.solution_code:
         c = by_index[i]
         line = first_line(c["source"])
@@ -745,8 +816,137 @@ def try_wrong_answer(page, nb_cells: list, res: PageResult, shots: Path | None) 
         )
 
 
+def notebook_differences(saved: dict, stored: dict, limit: int = 5) -> list[str]:
+    """Where two notebooks (as JSON) differ: the notebook's metadata, then cell by cell."""
+    out = []
+    for key in sorted(set(saved) | set(stored)):
+        if key not in ("cells", "metadata") and saved.get(key) != stored.get(key):
+            out.append(f"{key}: {stored.get(key)!r} became {saved.get(key)!r}")
+    for key in sorted(set(saved.get("metadata", {})) | set(stored.get("metadata", {}))):
+        a, b = stored.get("metadata", {}).get(key), saved.get("metadata", {}).get(key)
+        if a != b:
+            out.append(f"metadata.{key}: {json.dumps(a)[:120]} became {json.dumps(b)[:120]}")
+    cells_a, cells_b = stored.get("cells", []), saved.get("cells", [])
+    if len(cells_a) != len(cells_b):
+        out.append(f"{len(cells_a)} cells became {len(cells_b)}")
+    for i, (a, b) in enumerate(zip(cells_a, cells_b, strict=False)):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                out.append(
+                    f"cell {i} {key}: {json.dumps(a.get(key))[:100]} became "
+                    f"{json.dumps(b.get(key))[:100]}"
+                )
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def check_unchanged_by_opening(page, lab: Lab, path: Path, res: PageResult) -> None:
+    """Opened with its kernel connected, the notebook is not marked modified, and saving it
+    writes exactly the committed file (so a learner's autosave changes nothing in git)."""
+    if page.evaluate(JS_DIRTY):
+        res.fail(
+            "the notebook is marked modified as soon as it opens (its metadata differs "
+            "from what JupyterLab writes: scripts/normalize_notebooks.py)"
+        )
+    page.evaluate(JS_SAVE)
+    page.wait_for_timeout(500)
+    saved_path = lab.root / path.name
+    if saved_path.read_bytes() == path.read_bytes():
+        res.stats["save"] = "unchanged"
+        return
+    res.stats["save"] = "CHANGED"
+    diffs = notebook_differences(json.loads(saved_path.read_text()), json.loads(path.read_text()))
+    res.fail(
+        "opening and saving the notebook in JupyterLab changes the file"
+        + ("" if diffs else " (only its formatting)"),
+        diffs,
+    )
+
+
+def link_samples(nb_cells: list) -> dict[str, tuple[int, str, str]]:
+    """The first link of each kind of LINK_KINDS in a notebook's markdown: {kind: (cell,
+    text, target)}."""
+    found: dict[str, tuple[int, str, str]] = {}
+    for i, cell in enumerate(nb_cells):
+        if cell.cell_type != "markdown":
+            continue
+        for m in re.finditer(r"\[([^\]\n]+)\]\(([^)\s]+)", cell.source):
+            for kind, rx in LINK_KINDS.items():
+                if kind not in found and rx.match(m[2]):
+                    found[kind] = (i, plain(m[1]), m[2])
+    return found
+
+
+def click_links(
+    context, lab: Lab, name: str, exp: Expectations, nb_cells: list, done: set, res, args
+) -> None:
+    """Click one link of each kind not yet clicked in this run (`done`), each in a fresh tab
+    of the chapter, and check that JupyterLab opens its target: the chapter, or the glossary
+    or the bibliography at the line of the term or the work. (A text editor opens at that
+    line; JupyterLab shows a Markdown page in its Markdown preview, rendered by jupyterlab-myst,
+    which opens at the top: its terms have no anchors to scroll to.)"""
+    for kind, (i, text, target) in link_samples(nb_cells).items():
+        if kind in done:
+            continue
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        try:
+            page.goto(lab.url(f"/lab/tree/{name}.ipynb?reset"), wait_until="domcontentloaded")
+            page.wait_for_function(
+                JS_LOADED, arg=exp.n_cells, timeout=args.timeout * 1000, polling=500
+            )
+            file, _, fragment = target.partition("#")
+            shown = page.evaluate(JS_CELLS)[i]["links"]
+            n = next((lk["n"] for lk in shown if file in unquote(lk["href"])), None)
+            if n is None:
+                res.fail(
+                    f"cell {i}: the {kind} link {text!r} ({target}) is not shown as a link "
+                    f"(the cell shows {[(lk['text'], lk['href'][:60]) for lk in shown][:6]})"
+                )
+                continue
+            page.evaluate(JS_SCROLL_TO, page.evaluate(JS_CELL_NODE_TOP, i) - 200)
+            page.evaluate_handle(JS_LINK_NODE, [i, n]).as_element().click()
+            want_line = int(fragment.split("=")[1]) if fragment.startswith("line=") else None
+            deadline, now = time.monotonic() + 30, None
+            while time.monotonic() < deadline:
+                page.wait_for_timeout(300)
+                now = page.evaluate(JS_CURRENT)
+                if (
+                    now
+                    and now["path"].endswith(file)
+                    and (want_line is None or now["line"] in (want_line, None))
+                ):
+                    break
+            if not now or not now["path"].endswith(file):
+                res.fail(
+                    f"cell {i}: clicking the {kind} link {text!r} does not open {file} "
+                    f"(the current tab is {now['path'] if now else 'none'})"
+                )
+            elif want_line is not None and now["line"] not in (want_line, None):
+                res.fail(
+                    f"cell {i}: the {kind} link {text!r} opens {file} at line {now['line']}, "
+                    f"not {want_line}"
+                )
+            else:
+                done.add(kind)
+                res.stats.setdefault("links", []).append(kind)
+        except Exception as exc:
+            res.fail(f"could not click the {kind} link {text!r}: {type(exc).__name__}")
+        finally:
+            page.close()
+            lab.shutdown_kernels(context.request)
+
+
 def check_chapter(
-    context, lab: Lab, docname: str, book: Path, shots: Path | None, args, known: set[str]
+    context,
+    lab: Lab,
+    docname: str,
+    book: Path,
+    shots: Path | None,
+    args,
+    known: set[str],
+    clicked: set[str],
 ) -> PageResult:
     res = PageResult(docname)
     name = Path(docname).name
@@ -785,6 +985,7 @@ def check_chapter(
         page.wait_for_timeout(1000)  # images and math settle
         check_cells(page.evaluate(JS_CELLS), exp, res, "before")
         screenshots(page, shots, f"{name}-before")
+        check_unchanged_by_opening(page, lab, path, res)
 
         seconds, stopped = run_all(page, exp, args.run_timeout)
         res.stats["run_s"] = seconds
@@ -800,6 +1001,9 @@ def check_chapter(
     finally:
         page.close()
         lab.shutdown_kernels(context.request)
+    click_links(
+        context, lab, name, exp, nbformat.read(path, as_version=4).cells, clicked, res, args
+    )
     for message in messages:
         if not benign(message, known):
             res.failures.append(message)
@@ -898,6 +1102,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[PageResult] = []
     blocked: dict[str, set[str]] = {}
     known: set[str] = set()
+    clicked: set[str] = set()  # the kinds of link clicked so far (click_links)
     try:
         lab = Lab(book, args.timeout).__enter__()
     except RuntimeError as exc:
@@ -921,7 +1126,7 @@ def main(argv: list[str] | None = None) -> int:
             for docname in chapters:
                 current["page"] = docname
                 t_chapter = time.perf_counter()
-                r = check_chapter(context, lab, docname, book, shots, args, known)
+                r = check_chapter(context, lab, docname, book, shots, args, known, clicked)
                 results.append(r)
                 s = r.stats
                 run = f"{s['run_s']:.1f} s" if "run_s" in s else "-"
@@ -932,6 +1137,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"numbers {s.get('values', 0):>2}  exercises {s.get('exercises', 0)}  "
                     f"solutions {s.get('solutions', 0)}  expected errors {s.get('raises', 0)}  "
                     + (f"hint {s['hint']}  " if "hint" in s else "")
+                    + f"save {s.get('save', '-')}  "
+                    + (f"links clicked {','.join(s['links'])}  " if s.get("links") else "")
                     + f"run all {run}  ({time.perf_counter() - t_chapter:.0f} s in all)",
                     flush=True,
                 )
@@ -953,6 +1160,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"found {found} {what} in the whole book, expected at least {least}: "
                     "is the check still finding them?"
                 )
+    if not args.chapter and set(LINK_KINDS) - clicked:
+        book_failures.append(
+            "no link of these kinds was clicked: " + ", ".join(sorted(set(LINK_KINDS) - clicked))
+        )
     trial = next((r for r in results if r.path == TRIAL_CHAPTER), None)
     if trial is not None and "hint" not in trial.stats:
         book_failures.append(f"the wrong answer was not tried in {TRIAL_CHAPTER}")
