@@ -153,6 +153,14 @@ def gate_solutions(nb: nbformat.NotebookNode, path: str = "<notebook>") -> int:
 
 
 CITATION = re.compile(r"\[(?P<text>[^\]\n]+)\]\(cite:(?P<key>[^)\s]+)\)")
+# The form scripts/normalize_notebooks.py gives a citation, which JupyterLab can follow: a link
+# to the entry's line of references.bib (it opens the file there), its title the work's title
+# and key: [Vaswani et al. (2017)](references.bib#line=0 "Attention Is All You Need
+# (vaswani2017attention in references.bib)").
+BIB_LINK = re.compile(
+    r"\[(?P<text>[^\]\n]+)\]\(references\.bib#line=\d+ "
+    r'"(?:[^"\n]*?)\((?P<key>[^()\s]+) in references\.bib\)"\)'
+)
 TEXTUAL = re.compile(r".+ \(\d{4}[a-z]?\)")  # Vaswani et al. (2017)
 PARENTHETICAL = re.compile(r".+, \d{4}[a-z]?")  # Vaswani et al., 2017
 
@@ -192,32 +200,107 @@ def citation_texts(bib_path: str) -> dict[str, tuple[str, str]]:
     return texts
 
 
+def citations_in(source: str) -> list[tuple[str, str]]:
+    """``(text, key)`` of every citation link of a markdown cell, in either form."""
+    return [(m["text"], m["key"]) for rx in (CITATION, BIB_LINK) for m in rx.finditer(source)]
+
+
 def convert_citations(nb: nbformat.NotebookNode) -> int:
-    """Turn every ``[text](cite:key)`` of the markdown cells into a citation role (module
-    docstring). Returns the number converted."""
+    """Turn every ``[text](cite:key)`` (or its normalised form, a link into references.bib) of
+    the markdown cells into a citation role (module docstring). Returns the number converted."""
     count = 0
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and "](cite:" in cell.source:
-            cell.source, n = CITATION.subn(
-                lambda m: citation_role(m["text"], m["key"]), cell.source
-            )
-            count += n
+        if cell.cell_type == "markdown" and (
+            "](cite:" in cell.source or "references.bib" in cell.source
+        ):
+            for rx in (CITATION, BIB_LINK):
+                cell.source, n = rx.subn(lambda m: citation_role(m["text"], m["key"]), cell.source)
+                count += n
     return count
 
 
 API_LINK = re.compile(r"\[`(?P<text>[^`\]\n]+)`\]\(api:(?P<target>[\w.]+)\)")
+# Where scripts/normalize_notebooks.py keeps a markdown cell's links to the package reference:
+# the cell shows plain code (JupyterLab has nowhere to send the link), and its metadata maps
+# each code text to its target, {"minitransformer": {"api": {"split_heads": "minitransformer.
+# attention.split_heads"}}}.
+API_METADATA = ("minitransformer", "api")
+# Inline code: not part of a longer run of backticks, nor a role's content (`{doc}`x``).
+INLINE_CODE = re.compile(r"(?<![}`\w])`(?P<text>[^`\n]+)`(?![`\w])")
+
+
+def api_links_in(cell: nbformat.NotebookNode) -> dict[str, str]:
+    """``{code text: dotted target}`` of a markdown cell's links to the package reference, in
+    either form (links in the text, or the cell's metadata)."""
+    links = dict(cell.metadata.get(API_METADATA[0], {}).get(API_METADATA[1], {}))
+    links.update((m["text"], m["target"]) for m in API_LINK.finditer(cell.source))
+    return links
 
 
 def convert_api_links(nb: nbformat.NotebookNode) -> int:
-    """Turn every ``[`text`](api:dotted.name)`` of the markdown cells into a ``{py:obj}``
-    cross-reference with that text (module docstring). Returns the number converted."""
+    """Turn every ``[`text`](api:dotted.name)`` of the markdown cells, and every inline code
+    that the cell's metadata links (:data:`API_METADATA`), into a ``{py:obj}`` cross-reference
+    with that text (module docstring). Returns the number converted."""
     count = 0
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and "](api:" in cell.source:
+        if cell.cell_type != "markdown":
+            continue
+        if "](api:" in cell.source:
             cell.source, n = API_LINK.subn(
                 lambda m: f"{{py:obj}}`{m['text']} <{m['target']}>`", cell.source
             )
             count += n
+        linked = cell.metadata.get(API_METADATA[0], {}).get(API_METADATA[1], {})
+        if linked:
+
+            def role(m: re.Match[str], linked: dict = linked) -> str:
+                target = linked.get(m["text"])
+                return f"{{py:obj}}`{m['text']} <{target}>`" if target else m[0]
+
+            cell.source, n = INLINE_CODE.subn(role, cell.source)
+            count += n
+    return count
+
+
+# The normalised forms of links to other documents (scripts/normalize_notebooks.py), which
+# JupyterLab can follow: [text](attention.ipynb) for a chapter, [text](glossary.md#line=12
+# "Glossary: term") for a glossary term (JupyterLab opens the glossary at its line), [text](
+# intro.md#line=40 "Section: notation") for a section of another document.
+DOC_LINK = re.compile(r"\[(?P<text>[^\]\n]+)\]\((?P<target>[\w-]+)\.(?:ipynb|md)\)")
+TERM_LINK = re.compile(
+    r'\[(?P<text>[^\]\n]+)\]\(glossary\.md#line=\d+ "Glossary: (?P<term>[^"\n]+)"\)'
+)
+
+
+REF_LINK = re.compile(
+    r'\[(?P<text>[^\]\n]+)\]\([\w-]+\.(?:ipynb|md)#[^\s)]+ "Section: (?P<label>[^"\n]+)"\)'
+)
+
+
+def convert_document_links(nb: nbformat.NotebookNode) -> int:
+    """Turn the normalised links to chapters and glossary terms back into ``{doc}`` and
+    ``{term}`` roles, which Sphinx resolves and checks. Returns the number converted."""
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        cell.source, n = TERM_LINK.subn(
+            lambda m: (
+                f"{{term}}`{m['text']}`"
+                if m["text"] == m["term"]
+                else f"{{term}}`{m['text']} <{m['term']}>`"
+            ),
+            cell.source,
+        )
+        count += n
+        cell.source, n = REF_LINK.subn(
+            lambda m: f"{{ref}}`{m['text']} <{m['label']}>`", cell.source
+        )
+        count += n
+        cell.source, n = DOC_LINK.subn(
+            lambda m: f"{{doc}}`{m['text']} <{m['target']}>`", cell.source
+        )
+        count += n
     return count
 
 
@@ -241,6 +324,7 @@ def read_notebook(text: str, path: str = "<notebook>") -> nbformat.NotebookNode:
     nb = nbformat.reads(text, as_version=4)
     attach_figure_captions(nb, path)
     gate_solutions(nb, path)
+    convert_document_links(nb)
     convert_citations(nb)
     convert_api_links(nb)
     run_removed_cells(nb)

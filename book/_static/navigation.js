@@ -26,3 +26,31 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", forward);
   else forward();
 })();
+
+// On a narrow screen the site navigation and the page's contents open as modal dialogs, which
+// pydata-sphinx-theme closes only on Escape or a tap on the backdrop: after a reader taps a
+// section, the contents stay open over three quarters of the screen. A tap on a link inside
+// either dialog closes it first. A link to this page then scrolls to its target after the
+// dialog has closed (closing puts the focus back on the button that opened it, which would
+// otherwise scroll the page back to the top); a link to another page just loads it.
+(() => {
+  const DIALOGS = "#pst-primary-sidebar-modal, #pst-secondary-sidebar-modal";
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("a[href]");
+    const dialog = link && link.closest(DIALOGS);
+    if (!dialog || !dialog.open) return;
+    const url = new URL(link.href, location.href);
+    const samePage = url.origin === location.origin && url.pathname === location.pathname;
+    if (!samePage || !url.hash) {
+      dialog.close();
+      return;
+    }
+    event.preventDefault();
+    dialog.close();
+    if (location.hash === url.hash) {
+      document.getElementById(decodeURIComponent(url.hash.slice(1)))?.scrollIntoView();
+    } else {
+      location.hash = url.hash;
+    }
+  });
+})();
