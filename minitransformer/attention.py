@@ -626,6 +626,12 @@ def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> tuple[int, ...]:
             f"query (..., T, d_k) = {tuple(query.shape)} and key (..., S, d_k) = "
             f"{tuple(key.shape)} must have the same d_k"
         )
+    if query.shape[-1] == 0:
+        # 1 / sqrt(d_k) has no value, and a score would be an empty sum
+        raise ValueError(
+            f"query and key need d_k >= 1 features, got query {tuple(query.shape)} and key "
+            f"{tuple(key.shape)}"
+        )
     if key.shape[-2] != value.shape[-2]:
         raise ValueError(
             f"key (..., S, d_k) = {tuple(key.shape)} and value (..., S, d_v) = "

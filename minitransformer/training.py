@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import time
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field
@@ -501,7 +502,7 @@ def train(
             if eval_batch is not None:
                 history.eval_loss.append(float(loss(model, eval_batch)))
             if eval_fn is not None:
-                history.eval_metric.append(float(eval_fn(model)))
+                history.eval_metric.append(_metric(eval_fn(model)))
 
     bar = tqdm(total=total, desc=desc, disable=not progress or rank != 0, mininterval=1.0)
     start = time.perf_counter()
@@ -559,6 +560,17 @@ def _check_train_args(
         )
 
 
+def _metric(value: object) -> float:
+    """``eval_fn(model)`` as a float: a number, or a tensor of one element."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | Tensor):
+        raise TypeError(f"eval_fn(model) must return a number, got {type(value).__name__}")
+    if isinstance(value, Tensor) and value.numel() != 1:
+        raise TypeError(
+            f"eval_fn(model) must return a number, got a tensor of shape {tuple(value.shape)}"
+        )
+    return float(value)
+
+
 def _update(
     net: nn.Module,
     model: nn.Module,
@@ -583,6 +595,11 @@ def _update(
         raise ValueError(
             f"the loss of update {step} is {mean_value} (a batch whose targets are "
             "all padding, or a learning rate that diverges)"
+        )
+    if not value.requires_grad:
+        raise ValueError(
+            "loss(model, batch) returned a tensor without a gradient (requires_grad=False): "
+            "compute it from the model's output, outside torch.no_grad() and without .detach()"
         )
     optimizer.zero_grad(set_to_none=True)
     value.backward()  # DDP averages the gradients over the processes here

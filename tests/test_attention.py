@@ -415,8 +415,13 @@ Q, K, V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
             r"query must be a floating-point tensor, got dtype torch.int64",
         ),
         ((Q.tolist(), K, V), TypeError, r"query must be a torch.Tensor, got list"),
+        (
+            (torch.randn(2, 3, 0), torch.randn(2, 5, 0), V),
+            ValueError,
+            r"d_k >= 1 features, got query \(2, 3, 0\) and key \(2, 5, 0\)",
+        ),
     ],
-    ids=["d_k", "S", "ndim", "batch", "dtype", "integer", "not-a-tensor"],
+    ids=["d_k", "S", "ndim", "batch", "dtype", "integer", "not-a-tensor", "d_k-zero"],
 )
 def test_bad_inputs(args, error, message):
     with pytest.raises(error, match=message):

@@ -110,6 +110,7 @@ def test_online_softmax_step_blockwise_equals_softmax():
         (((2, 5, 8), (2, 6, 8), (2, 7, 4)), "same length S"),
         (((2, 5, 8), (3, 6, 8), (3, 6, 4)), "leading"),
         (((5,), (6, 8), (6, 4)), "at least 2 dimensions"),
+        (((2, 5, 0), (2, 6, 0), (2, 6, 4)), "d_k >= 1"),
     ],
 )
 def test_bad_shapes_raise(shapes, match):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -672,6 +673,30 @@ def test_train_bad_arguments(kwargs, error, words):
     args.update(kwargs)
     with pytest.raises(error, match=words):
         train(args.pop("model"), args.pop("batches"), args.pop("optimizer"), progress=False, **args)
+
+
+def test_train_names_a_loss_without_gradient_and_an_eval_fn_that_is_not_a_number():
+    model = _tiny_model()
+    optimizer, _ = make_optimizer(model, warmup_steps=5)
+    before = [p.detach().clone() for p in model.parameters()]
+    kwargs = dict(num_steps=1, progress=False)
+    with pytest.raises(ValueError, match=r"loss\(model, batch\) returned a tensor without a grad"):
+        train(model, _batches(0, 4, 1, 3), optimizer, loss=lambda m, b: torch.tensor(1.0), **kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    for returned, words in [
+        (None, "got NoneType"),
+        ("0.9", "got str"),
+        (True, "got bool"),
+        (torch.ones(2), r"got a tensor of shape \(2,\)"),
+    ]:
+        with pytest.raises(TypeError, match=r"eval_fn\(model\) must return a number, " + words):
+            train(model, _batches(0, 4, 1, 3), optimizer, eval_fn=lambda m, r=returned: r, **kwargs)
+    # numbers of any kind are fine: a one-element tensor, a NumPy float32
+    for returned in (torch.tensor([0.5]), np.float32(0.5)):
+        history = train(
+            model, _batches(0, 4, 1, 3), optimizer, eval_fn=lambda m, r=returned: r, **kwargs
+        )
+        assert history.eval_metric == [0.5]
 
 
 def test_train_refuses_a_nan_loss_and_a_non_scalar_loss():
