@@ -770,6 +770,7 @@ def calibration(
     num_bins = _checks.positive_int("num_bins", num_bins)
     if ignore_index is not None:
         ignore_index = _checks.as_int("ignore_index", ignore_index)
+    _checks.tensor("target", target, kind="int")
     if tuple(target.shape) != tuple(probs.shape[:-1]):
         raise ValueError(
             f"target (...) = {tuple(target.shape)} must match probs (..., V) = "

@@ -570,6 +570,16 @@ SPECS: list[Spec] = [
         {"target": [lambda kw: torch.tensor([1, 4])]},
     ),
     Spec(
+        "training.calibration",
+        training.calibration,
+        lambda: {"probs": torch.full((2, 3, 4), 0.25), "target": ids(2, 3) % 4, "num_bins": 5},
+        {"probs": "float_tensor", "target": "int_tensor", "num_bins": "size"},
+        {
+            "probs": [lambda kw: torch.full((2, 3, 4), 0.5), lambda kw: torch.zeros(2, 4, 4)],
+            "target": [lambda kw: torch.full((2, 3), 4), lambda kw: ids(3, 3) % 4],
+        },
+    ),
+    Spec(
         "training.LabelSmoothingLoss",
         training.LabelSmoothingLoss,
         lambda: {"epsilon": 0.1},
@@ -997,6 +1007,7 @@ EXEMPT = {
     "attention.AttentionFlops": "a NamedTuple of results",
     "data.Batch": "a NamedTuple of results",
     "training.TrainHistory": "a dataclass of results",
+    "training.Calibration": "a dataclass of results",
     "kv_cache.LayerCache": "a dataclass holding two caches",
     "kv_memory.ModelConfig": "a frozen dataclass of published numbers (see test_kv_memory)",
     "paged.OutOfBlocksError": "an exception class",
