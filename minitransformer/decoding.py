@@ -19,7 +19,8 @@ positions).
 Beam search maximises the length-normalised log-probability of Wu et al. (2016), with
 ``alpha = 0.6`` in the paper (section 6.1), over the ``n`` generated tokens (EOS included)::
 
-    score(y) = sum_t log p(y_t | y_<t, x) / lp(n),    lp(n) = ((5 + n) / 6) ** alpha
+    score(y) = sum_t log p(y_t | y_<t, x) / lp(n)
+    lp(n)    = ((5 + n) / 6) ** alpha
 
 Sampling (:func:`next_token_probs`, :func:`generate`; chapter "From the paper to a language
 model", section "Sampling") draws each token from ``softmax(logits / temperature)``, optionally

@@ -16,8 +16,9 @@ attention (MQA) make fewer than the query heads.
 
 Usage with the package's :class:`~minitransformer.model.Transformer`::
 
-    cache = KVCache.for_model(model, max_len=L)  # batch size: taken from the first step
-    logits = model.decode(next_tokens, memory, src_mask=src_mask, cache=cache)  # (B, 1, V)
+    cache = KVCache.for_model(model, max_len=L)  # batch size from step 1
+    # logits: (B, 1, V)
+    logits = model.decode(next_tokens, memory, src_mask=src_mask, cache=cache)
 
 :func:`minitransformer.decoding.greedy_decode` and :func:`~minitransformer.decoding.beam_search`
 do this for you (``use_cache=True``, the default). The memory calculator (the formula above,

@@ -29,7 +29,8 @@ class PagedKVCache:
     ``keys`` and ``values`` are ``(num_blocks, h_kv, block_size, d)`` tensors of ``dtype`` (a
     floating-point type) on ``device``; sequences are named by any hashable id::
 
-        cache = PagedKVCache(num_blocks=8, block_size=4, num_kv_heads=2, head_dim=16)
+        cache = PagedKVCache(num_blocks=8, block_size=4,
+                             num_kv_heads=2, head_dim=16)
         cache.append("a", k, v)           # k, v: (h_kv, n, d)
         keys, values = cache.gather("a")  # (h_kv, length, d), contiguous
         cache.free("a")                   # its blocks go back to the pool

@@ -4,7 +4,9 @@ A tensor is stored as int8 values and one float scale per slice along ``dim`` (`
 a ``(B, h, S, d_k)`` key tensor: one scale per token and head), the slice's largest magnitude
 mapping to 127::
 
-    scale = max|x| / 127,    q = round(x / scale) in [-127, 127],    x ~ q * scale,
+    scale = max|x| / 127
+    q     = round(x / scale), in [-127, 127]
+    x     ~ q * scale
 
 so every element's round-trip error is at most half a step, ``scale / 2``.
 """

@@ -6,14 +6,16 @@ then the fix. A checker is declared, not programmed (``CONTRIBUTING.md``, "Exerc
 
     _MISTAKES = [  # most specific first; the hints are shortened here
         like(lambda size: torch.ones(size, size, dtype=torch.bool).tril(-1),
-             "your mask leaves out the diagonal: position t may attend to itself"),
-        when(lambda got: got.dtype != torch.bool, "your mask has dtype {got.dtype}; return bools"),
+             "your mask leaves out the diagonal: t may attend to itself"),
+        when(lambda got: got.dtype != torch.bool,
+             "your mask has dtype {got.dtype}; return bools"),
     ]
 
     @checker("causal mask", reference=causal_mask, mistakes=_MISTAKES,
              returns="causal_mask({size})")
     def check_causal_mask() -> list[Case]:
-        \"\"\"Check ``fn(size) -> (size, size)`` boolean mask, True on and below the diagonal.\"\"\"
+        \"\"\"Check ``fn(size)``: a (size, size) bool mask, True on and below
+        the diagonal.\"\"\"
         return [Case(size=5), Case(size=1), Case(size=8)]
 
 The function returns the :class:`Case` list (from a seeded ``torch.Generator`` if it takes one);
