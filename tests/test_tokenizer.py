@@ -250,6 +250,19 @@ def test_small_texts_give_hugging_faces_merges(texts, vocab_size, min_frequency)
     assert (ours.vocab, ours.merges) == (vocab, merges)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab", min_size=40, max_size=300), min_size=1, max_size=3),
+    st.integers(258, 300),
+    st.integers(1, 3),
+)
+def test_long_words_give_the_merges_of_recounting(words, vocab_size, min_frequency):
+    # One chunk each ("ab" has no spaces): runs such as "aaaa" and "abab", where a merge's
+    # occurrences overlap or a pair it makes vanishes in the same pass.
+    ours = BPETokenizer.train(words, vocab_size, min_frequency=min_frequency)
+    assert (ours.vocab, ours.merges) == naive_bpe(words, vocab_size, min_frequency=min_frequency)
+
+
 def test_ties_go_to_the_smallest_pair_of_ids():
     # "ab" and "cd" both occur twice: (a, b) has the smaller ids, so it is merged first.
     tok = BPETokenizer.train("cd ab cd ab", 260)
@@ -282,6 +295,34 @@ def test_round_trip_on_arbitrary_unicode(tok, text):
     with_special = tok.encode(text, allow_special=True)
     assert tok.decode(with_special) == text
     assert with_special.count(tok.eos_id) == text.count(ENDOFTEXT)
+
+
+def rescanning_encode(tok, chunk):
+    """The textbook encoding loop: rescan every adjacent pair, merge the earliest-learned
+    one (the leftmost of equals), until no learned pair is left."""
+    rank = {pair: r for r, pair in enumerate(tok.merges)}
+    ids = [tok._byte_id[b] for b in chunk.encode("utf-8")]
+    while len(ids) > 1:
+        ranks = [rank.get(pair, len(rank)) for pair in itertools.pairwise(ids)]
+        i = min(range(len(ranks)), key=ranks.__getitem__)
+        if ranks[i] == len(rank):
+            break
+        ids[i : i + 2] = [tok._id_of[tok.vocab[ids[i]] + tok.vocab[ids[i + 1]]]]
+    return ids
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.text(alphabet=" \nabe", max_size=400)
+    | st.text(max_size=40)
+    | st.builds(
+        lambda c, n: c * n, st.sampled_from([" ", "e", "ab", "==", "\n"]), st.integers(0, 500)
+    )
+)
+def test_encoding_equals_the_rescanning_loop(tok, text):
+    tok._cache.clear()
+    want = [i for chunk in pretokenize(text) for i in rescanning_encode(tok, chunk)]
+    assert tok.encode(text) == want
 
 
 @settings(max_examples=50, deadline=None)
