@@ -67,9 +67,14 @@ def scaled_dot_product_attention(
     if mask is not None:
         _check_broadcast_mask(mask, batch + (query.shape[-2], key.shape[-2]), query, key)
     dropout_p = probability("dropout_p", dropout_p)
+    dtype = query.dtype
 
-    # Scaling the query rather than the scores keeps the products small: in float16 the
-    # unscaled q . k can overflow (max 65504).
+    # float16 and bfloat16 inputs are computed in float32 and the results rounded back, as
+    # torch's CPU attention kernels accumulate: a half-precision q . k overflows past 65504,
+    # and its sums and softmax lose the digits that the weights need.
+    work = torch.float32 if query.dtype in _HALF else query.dtype
+    query, key, value = query.to(work), key.to(work), value.to(work)
+    # Scaling the query rather than the scores keeps the products small.
     scores = (query * (1.0 / math.sqrt(query.shape[-1]))) @ key.transpose(-2, -1)  # (..., T, S)
     grad = scores.requires_grad
     hidden = None if mask is None else ~mask
@@ -86,7 +91,11 @@ def scaled_dot_product_attention(
             weights = _masked_fill(weights, empty, 0.0, in_place=not grad)
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p)
-    return weights @ value, weights  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+    out = weights @ value  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
+    return out.to(dtype), weights.to(dtype)
+
+
+_HALF = (torch.float16, torch.bfloat16)  # computed in float32 (scaled_dot_product_attention)
 
 
 def _masked_fill(x: Tensor, where: Tensor, value: float, *, in_place: bool) -> Tensor:

@@ -111,19 +111,23 @@ def tiled_attention(
     T, d_k = query.shape[-2], query.shape[-1]
     S, d_v = key.shape[-2], value.shape[-1]
     lead = query.shape[:-2]
+    # float16 and bfloat16: the scores and the running statistics are kept in float32, as in
+    # FlashAttention and torch's CPU kernel (in half precision the sums over blocks lose
+    # digits: 5-14x torch's error); each block is converted as it is read.
+    work = torch.float32 if query.dtype in (torch.float16, torch.bfloat16) else query.dtype
     # Scale the queries once (T x d_k) rather than every score block.
-    q = query * (1.0 / math.sqrt(d_k))
-    m = torch.full((*lead, T, 1), float("-inf"), dtype=query.dtype, device=query.device)
-    ell = torch.zeros((*lead, T, 1), dtype=query.dtype, device=query.device)
-    acc = torch.zeros((*lead, T, d_v), dtype=query.dtype, device=query.device)
+    q = query.to(work) * (1.0 / math.sqrt(d_k))
+    m = torch.full((*lead, T, 1), float("-inf"), dtype=work, device=query.device)
+    ell = torch.zeros((*lead, T, 1), dtype=work, device=query.device)
+    acc = torch.zeros((*lead, T, d_v), dtype=work, device=query.device)
     rows = torch.arange(T, device=query.device)[:, None]  # (T, 1) query positions (causal)
 
     # With the top-left causal mask, key j is visible to some query only if j <= T - 1.
     stop = min(S, T) if causal else S
     for start in range(0, stop, block_size):
         end = min(start + block_size, stop)
-        k_blk = key[..., start:end, :]  # (..., S_blk, d_k)
-        v_blk = value[..., start:end, :]  # (..., S_blk, d_v)
+        k_blk = key[..., start:end, :].to(work)  # (..., S_blk, d_k)
+        v_blk = value[..., start:end, :].to(work)  # (..., S_blk, d_v)
         scores = torch.matmul(q, k_blk.transpose(-2, -1))  # (..., T, S_blk): the only score tile
         if causal:
             cols = torch.arange(start, end, device=query.device)[None, :]  # (1, S_blk)
@@ -131,7 +135,7 @@ def tiled_attention(
         m, ell, acc = _online_softmax_step(m, ell, acc, scores, v_blk)
 
     # A row that saw no key at all has ell = 0 and acc = 0: clamping ell gives 0, not 0/0 = NaN.
-    return acc / ell.clamp_min(torch.finfo(ell.dtype).tiny)
+    return (acc / ell.clamp_min(torch.finfo(ell.dtype).tiny)).to(query.dtype)
 
 
 class _MemoryTracker(TorchDispatchMode):

@@ -307,6 +307,25 @@ def test_half_precision_at_its_tolerance(dtype, atol):
     assert w.tolist() == [[1.0, 0.0, 0.0]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("S", [64, 1024])
+def test_half_precision_is_as_accurate_as_torchs_attention(dtype, S):
+    """Against the exact (float64) attention of the same rounded inputs, the output's error is
+    at most torch's own in that dtype, times 1.5 plus one unit in the last place: the scores,
+    softmax and sum are taken in float32, as torch's CPU kernel does, so that what is left is
+    the rounding of the result. The weights are the float32 weights rounded once."""
+    gen = torch.Generator().manual_seed(9)
+    q, k, v = (torch.randn(2, 4, n, 64, generator=gen).to(dtype) for n in (128, S, S))
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    torch_error = (F.scaled_dot_product_attention(q, k, v).double() - exact).abs().max().item()
+    out, w = scaled_dot_product_attention(q, k, v)
+    assert out.dtype == w.dtype == dtype
+    ulp = torch.finfo(dtype).eps * exact.abs().max().item()
+    assert (out.double() - exact).abs().max().item() <= 1.5 * torch_error + ulp
+    exact_w = reference_weights(q, k, None)
+    assert (w.double() - exact_w).abs().max().item() <= torch.finfo(dtype).eps
+
+
 # --------------------------------------------------------------------------------------
 # Masks
 # --------------------------------------------------------------------------------------

@@ -199,3 +199,33 @@ def test_peak_memory_counts_the_score_matrix():
     tiled_peak, out = peak_memory_bytes(tiled_attention, q, q, q, block_size=64)
     assert out.shape == (1, T, d)
     assert tiled_peak < naive_peak / 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("S, causal", [(64, False), (1024, False), (1024, True)])
+def test_half_precision_is_as_accurate_as_torchs_attention(dtype, S, causal):
+    """In float16 and bfloat16 the error against the exact (float64) attention of the same
+    rounded inputs is at most torch's own error in that dtype, times 1.5 plus one unit in the
+    last place of the output: both are then the rounding of the result to the dtype. Summing
+    the blocks in half precision instead was 5-14x less accurate."""
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 4, n, 64, generator=gen).to(dtype) for n in (128, S, S))
+    exact = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    torch_error = F.scaled_dot_product_attention(q, k, v, is_causal=causal).double() - exact
+    ours = tiled_attention(q, k, v, block_size=64, causal=causal)
+    assert ours.dtype == dtype
+    ulp = torch.finfo(dtype).eps * exact.abs().max().item()
+    error = (ours.double() - exact).abs().max().item()
+    assert error <= 1.5 * torch_error.abs().max().item() + ulp
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scores_beyond_the_dtypes_range_stay_finite(dtype):
+    # q . k / sqrt(d_k) = 200 * 400 / 8 = 1e4, and the unscaled product 8e4 is beyond float16's
+    # 65504: the products are taken in float32.
+    q = torch.zeros(1, 64, dtype=dtype)
+    q[0, 0] = 200.0
+    k = torch.zeros(3, 64, dtype=dtype)
+    k[:, 0] = torch.tensor([400.0, 200.0, -400.0])
+    out = tiled_attention(q, k, torch.eye(3, dtype=dtype), block_size=2)
+    assert out.dtype == dtype and out.tolist() == [[1.0, 0.0, 0.0]]
