@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitransformer._checks import finite_float, module, positive_int, probability, tensor
+from minitransformer._checks import finite_float, ids, module, positive_int, probability, tensor
 from minitransformer.attention import causal_mask
 from minitransformer.decoding import generate, next_token_probs
 from minitransformer.kv_cache import KVCache
@@ -112,23 +112,17 @@ class DecoderOnlyTransformer(nn.Module):
         With a :class:`~minitransformer.kv_cache.KVCache` (chapter "Inference"), ``tokens``
         are the ``T`` *new* tokens, at positions ``cache.length .. cache.length + T - 1``;
         their keys and values are appended to the cache. Feeding a sequence in pieces gives
-        the logits of feeding it whole.
+        the logits of feeding it whole. An empty batch or ``T = 0`` gives empty logits, as
+        :class:`~minitransformer.model.Transformer` does.
         """
-        tensor("tokens", tokens, kind="int", ndim=2, what="(B, T)")
+        tokens = ids("tokens", tokens, ndim=2, what="(B, T)", high=self.vocab_size)
         T = tokens.shape[1]
         start = 0 if cache is None else cache.length  # positions already cached
-        if T == 0 or start + T > self.max_len:
+        if start + T > self.max_len:
             raise ValueError(
-                f"tokens {tuple(tokens.shape)} must hold 1 to max_len={self.max_len} "
+                f"tokens {tuple(tokens.shape)} must hold at most max_len={self.max_len} "
                 f"positions (with {start} cached before them)"
             )
-        if tokens.device.type != "meta":
-            lo, hi = (int(x) for x in torch.aminmax(tokens))
-            if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(
-                    f"tokens holds ids in [{lo}, {hi}], outside the vocabulary "
-                    f"[0, {self.vocab_size})"
-                )
         # New position start + t may attend to positions 0 .. start + t; a single new
         # position may attend to everything, so it needs no mask.
         mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]
@@ -151,14 +145,19 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> T
     ``tokens[:, :-1]`` and each position must predict the next token, ``tokens[:, 1:]``.
 
     Returns the mean cross-entropy in nats (a 0-d tensor, differentiable), over the targets
-    that are not ``pad_id`` (None: all of them). Section "The language-modelling loss".
+    that are not ``pad_id`` (None: all of them); NaN if there are none (an empty batch, or
+    only padding), as for ``torch.nn.functional.cross_entropy`` and
+    :class:`~minitransformer.training.LabelSmoothingLoss`. Section "The language-modelling
+    loss".
     """
     module("model", model)
-    tensor("tokens", tokens, kind="int", ndim=2, what="(B, T + 1)")
+    tokens = ids("tokens", tokens, ndim=2, what="(B, T + 1)", low=None)  # any id dtype -> int64
     if tokens.shape[1] < 2:
         raise ValueError(f"tokens must be (B, T + 1) with T + 1 >= 2, got {tuple(tokens.shape)}")
-    logits = model(tokens[:, :-1])  # (B, T, V)
+    logits = model(tokens[:, :-1])  # (B, T, V); the model checks the inputs' ids
     targets = tokens[:, 1:]  # (B, T): shifted left by one
+    # the last column is only a target: check it too (pad_id may lie outside the vocabulary)
+    ids("tokens", targets if pad_id is None else targets[targets != pad_id], high=logits.shape[-1])
     ignore = -100 if pad_id is None else pad_id  # no id is -100: nothing is ignored
     logits = logits.flatten(0, 1).to(_at_least_float32(logits.dtype))  # (B T, V)
     return F.cross_entropy(logits, targets.flatten(), ignore_index=ignore)

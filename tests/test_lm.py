@@ -426,8 +426,10 @@ def test_bad_model_arguments(kwargs, error, match):
 
 def test_bad_tokens():
     model = small_model()
-    with pytest.raises(TypeError, match="tokens must be an integer tensor, got dtype torch.float"):
+    with pytest.raises(TypeError, match=r"tokens must be an integer tensor of ids .* torch.float"):
         model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"tokens holds ids in \[-1, 0\], outside"):
+        model(torch.tensor([[0, -1]], dtype=torch.int8))
     with pytest.raises(ValueError, match=r"tokens must have 2 dimensions \(B, T\), got \S+ \(3,\)"):
         model(torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"ids in \[0, 50\], outside the vocabulary \[0, 50\)"):
@@ -478,3 +480,33 @@ def test_bad_training_and_baseline_arguments():
         bigram_log_probs(stream, V, alpha=0.0)
     with pytest.raises(TypeError, match="log_probs must be a floating-point tensor"):
         bigram_loss(torch.zeros(V, V, dtype=torch.long), stream)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.uint8])
+def test_every_id_dtype_gives_the_int64_logits_and_loss(dtype):
+    model = small_model().eval()
+    tokens = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
+    if dtype == torch.int8:
+        tokens = tokens.clamp(max=49)  # int8 holds up to 127: all 50 ids fit
+    assert torch.equal(model(tokens.to(dtype)), model(tokens))
+    assert torch.equal(lm_loss(model, tokens.to(dtype)), lm_loss(model, tokens))
+
+
+def test_a_target_outside_the_vocabulary_is_named():
+    # the last column is never an input: the loss checks it as a target
+    with pytest.raises(ValueError, match=r"tokens holds ids in \[2, 50\], outside the vocab"):
+        lm_loss(small_model(), torch.tensor([[1, 2, 50]]))
+    # a pad_id outside the vocabulary is fine where it is ignored
+    lm_loss(small_model(), torch.tensor([[1, 2, -1]]), pad_id=-1)
+
+
+def test_empty_batches_and_no_positions():
+    """As the encoder-decoder Transformer and torch: an empty batch, or no positions, gives
+    empty logits; the loss over no targets is NaN, as for F.cross_entropy; generating from an
+    empty batch gives an empty batch of the full length."""
+    model = small_model().eval()
+    assert model(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 4, 50)
+    assert model(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, 50)
+    assert lm_loss(model, torch.zeros(0, 5, dtype=torch.long)).isnan()
+    assert lm_loss(model, torch.zeros(2, 5, dtype=torch.long), pad_id=0).isnan()
+    assert generate(model, torch.zeros(0, 3, dtype=torch.long), 4).shape == (0, 7)
