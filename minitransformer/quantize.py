@@ -26,7 +26,10 @@ from minitransformer.kv_memory import kv_cache_bytes
 __all__ = ["Int8Tensor", "quantize_int8", "Int8AttentionCache", "int8_kv_cache_bytes"]
 
 QMAX = 127  # symmetric: -127..127, so that -x quantises to -q
-SCALE_DTYPE = torch.float16  # 2 bytes per scale
+# 2 bytes per scale, and float32's exponent range: a float16 scale underflows below 6e-8, so a
+# row of magnitude 1e-6 would map its largest entry to 17 instead of 127. bfloat16's 8-bit
+# mantissa costs nothing here, since the values are quantised with the rounded scale.
+SCALE_DTYPE = torch.bfloat16
 
 
 def _float_dtype(name: str, dtype: object) -> torch.dtype:
@@ -74,7 +77,7 @@ class Int8Tensor:
 def quantize_int8(x: Tensor, dim: int = -1, scale_dtype: torch.dtype = SCALE_DTYPE) -> Int8Tensor:
     """Quantise floating-point ``x`` to int8 with one absmax scale per slice along ``dim``.
 
-    The scales are stored in ``scale_dtype`` (float16: 2 bytes per slice), and rounded before
+    The scales are stored in ``scale_dtype`` (bfloat16: 2 bytes per slice), and rounded before
     quantising, so that ``dequantize()`` is within ``scale / 2`` of ``x`` elementwise.
     """
     tensor("x", x, kind="float")
@@ -120,7 +123,7 @@ class Int8AttentionCache(AttentionCache):
     (section "An int8 KV cache for the trained model").
 
     Each position's key and value are quantised on arrival (:func:`quantize_int8` over the head
-    dimension: one float16 scale per sequence, KV head and position) and dequantised when read,
+    dimension: one bfloat16 scale per sequence, KV head and position) and dequantised when read,
     so an element takes ``1 + 2 / d_k`` bytes instead of 4 (float32). Only the storage is
     simulated; the arithmetic stays in floating point. Use it as ``cache_cls=`` of the decoders
     or of :class:`~minitransformer.kv_cache.KVCache`.
@@ -161,7 +164,7 @@ def int8_kv_cache_bytes(
 ) -> int:
     """Bytes of an :class:`Int8AttentionCache` KV cache: one byte per element, as
     :func:`~minitransformer.kv_memory.kv_cache_bytes` with ``bytes_per_element=1``, plus one
-    float16 scale per key and per value vector (per layer, KV head, position and sequence)."""
+    bfloat16 scale per key and per value vector (per layer, KV head, position and sequence)."""
     values = kv_cache_bytes(
         num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_element=1
     )

@@ -151,7 +151,8 @@ class Links:
         return doc_link(match, self.book)
 
     def term(self, match: re.Match[str]) -> str:
-        target = (match["target"] or match["bare"]).strip()
+        # A role that a rewrapped paragraph breaks over two lines names the same term.
+        target = " ".join((match["target"] or match["bare"]).split())
         text = (match["text"] or "").strip() or target
         line = self.terms.get(target.lower())
         if line is None:

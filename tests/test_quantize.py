@@ -13,7 +13,7 @@ from minitransformer.quantize import QMAX, quantize_int8
     shape=st.lists(st.integers(1, 6), min_size=1, max_size=4),
     magnitude=st.sampled_from([1e-3, 1.0, 30.0, 1e4]),
     seed=st.integers(0, 2**16),
-    dtype=st.sampled_from([torch.float16, torch.float32]),
+    dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]),
 )
 def test_round_trip_error_is_at_most_half_a_step(shape, magnitude, seed, dtype):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * magnitude
@@ -34,6 +34,18 @@ def test_the_largest_entry_of_each_slice_uses_the_full_range():
     assert torch.allclose(q.scale.squeeze(-1), torch.tensor([2.0, 3.0]) / QMAX)
 
 
+@pytest.mark.parametrize("magnitude", [1e-30, 1e-9, 1e-6, 1.0, 1e6, 1e30])
+def test_default_scales_keep_the_full_range_at_every_magnitude(magnitude):
+    # bfloat16 scales have float32's exponent range: with float16 scales (smallest 6e-8) a row
+    # of magnitude 1e-6 mapped its largest entry to 17, and 1e-9 to 0.
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0)) * magnitude
+    q = quantize_int8(x)
+    assert q.scale.dtype == torch.bfloat16
+    # the scale is rounded up to a bfloat16 (8-bit mantissa): at most 2**-7 above absmax / 127
+    assert (q.values.abs().amax(-1) >= QMAX / (1 + 2**-7) - 0.5).all()
+    assert ((q.dequantize() - x).abs() <= q.scale.float() / 2 + 1e-6 * x.abs().amax()).all()
+
+
 def test_zero_slices_round_trip_exactly():
     x = torch.zeros(2, 3, 4)
     q = quantize_int8(x)
@@ -42,7 +54,7 @@ def test_zero_slices_round_trip_exactly():
 
 def test_memory_is_one_byte_per_value_plus_the_scales():
     B, h, S, d_k = 2, 4, 10, 16
-    q = quantize_int8(torch.randn(B, h, S, d_k), dim=-1)  # float16 scales: 2 bytes per (B, h, S)
+    q = quantize_int8(torch.randn(B, h, S, d_k), dim=-1)  # bfloat16 scales: 2 bytes per (B, h, S)
     assert q.nbytes == B * h * S * d_k * 1 + B * h * S * 2
 
 
@@ -103,7 +115,7 @@ def test_empty_inputs_round_trip():
     assert no_rows.values.shape == (0, 4) and no_rows.scale.shape == (0, 1)
     empty_rows = quantize_int8(torch.zeros(3, 0))
     assert empty_rows.values.shape == (3, 0)
-    assert torch.equal(empty_rows.scale, torch.ones(3, 1, dtype=torch.float16))
+    assert torch.equal(empty_rows.scale, torch.ones(3, 1, dtype=torch.bfloat16))
     assert empty_rows.dequantize().shape == (3, 0)
 
 
@@ -165,7 +177,7 @@ def test_int8_cache_memory_is_exactly_one_byte_per_element_plus_the_scales():
             model.decode(torch.full((B, 1), 1 + t % 5), memory, cache=cache)
     layers, heads, head_dim = 2, 4, 16
     values = kv_cache_bytes(layers, heads, head_dim, steps, batch_size=B, bytes_per_element=1)
-    scales = 2 * layers * B * heads * steps * 2  # K and V, one float16 scale per position and head
+    scales = 2 * layers * B * heads * steps * 2  # K and V, one bfloat16 scale per position and head
     assert cache.self_attn_nbytes == values + scales
     assert int8_kv_cache_bytes(layers, heads, head_dim, steps, batch_size=B) == values + scales
     fp32 = KVCache.for_model(model, steps)
