@@ -15,6 +15,7 @@ from minitransformer.exercises import (
     check_kv_cache_bytes,
     check_online_softmax_step,
 )
+from minitransformer.kv_memory import kv_cache_bytes
 
 
 # ------------------------------------------------------------------ KV-cache bytes
@@ -213,3 +214,10 @@ def test_kv_bytes_takes_only_numbers_and_a_frozen_config():
         config, *numbers = case.inputs.values()
         assert config.__dataclass_params__.frozen and dataclasses.is_dataclass(config)
         assert all(isinstance(x, int) for x in numbers)
+
+
+def test_kv_bytes_as_a_float_is_caught():
+    def as_float(c, n, b, e):
+        return float(kv_cache_bytes(c.num_layers, c.num_kv_heads, c.head_dim, n, b, e))
+
+    _rejects(check_kv_cache_bytes, as_float, "return a Python int")

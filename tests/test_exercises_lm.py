@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from checker_helpers import rejects, rejects_in_place, stub, verdict
 
 from minitransformer.exercises import check_bpe_merge, check_lm_loss, check_top_k_probs
+from minitransformer.lm import lm_loss
 
 # ---------------------------------------------------------------------------- one merge step
 
@@ -249,3 +250,11 @@ def test_top_k_that_divides_the_logits_in_place_is_rejected():
         return top_k_probs(logits, 1.0, k)
 
     rejects_in_place(check_top_k_probs, in_place, "logits", right=True)
+
+
+def test_lm_loss_with_a_hard_wired_pad_id_is_caught():
+    rejects(
+        check_lm_loss,
+        lambda model, tokens, pad_id: lm_loss(model, tokens, pad_id=0),
+        "hard-wire the pad id",
+    )

@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from checker_helpers import rejects_in_place, stub
+from checker_helpers import rejects, rejects_in_place, stub
 
 from minitransformer.attention import causal_mask, padding_mask
 from minitransformer.exercises import (
@@ -306,3 +306,28 @@ def test_encoder_layer_that_changes_the_layer_in_place_is_rejected() -> None:
         return out
 
     rejects_in_place(check_encoder_layer, rescales_the_norm, "layer", right=True)
+
+
+def test_decoder_mask_with_hard_wired_sizes_is_caught():
+    rejects(
+        check_decoder_mask,
+        lambda lengths, T: causal_mask(5) & padding_mask(lengths, 5),
+        "hard-wire the sizes",
+    )
+
+
+@pytest.mark.parametrize(
+    "drop",
+    [
+        lambda model, src, prefix: model(torch.full_like(src, 3), prefix),  # no source
+        lambda model, src, prefix: model(src, prefix[:, 1:]),  # no BOS
+        lambda model, src, prefix: model(src, prefix[:, -1:]),  # the last token alone
+    ],
+    ids=["without the source", "without BOS", "the last token alone"],
+)
+def test_next_token_that_drops_part_of_the_input_is_caught(drop):
+    rejects(
+        check_next_token,
+        lambda model, src, prefix: drop(model, src, prefix)[:, -1].argmax(-1),
+        "differs from the right answer",
+    )

@@ -267,3 +267,7 @@ def test_parameter_count_takes_only_numbers():
         for case in check_parameter_count.spec.cases()
         for x in case.inputs.values()
     )
+
+
+def test_merge_heads_with_hard_wired_sizes_is_caught():
+    _rejects(check_merge_heads, lambda h: h.transpose(1, 2).reshape(2, 3, 20), "hard-wire")

@@ -220,9 +220,12 @@ def test_pairs_rejects_typical_mistakes(wrong, hint: str) -> None:
     _rejects(check_pairs_with_full_period, wrong, hint)
 
 
-def test_pairs_accepts_integer_valued_floats_and_tensors(capsys) -> None:
-    assert "Correct" in _verdict(
-        capsys, check_pairs_with_full_period, lambda d, L: float(pairs_reference(d, L))
+def test_pairs_wants_an_int_and_accepts_integer_tensors(capsys) -> None:
+    # the hint says an int: a float count, even a whole one, is refused
+    _rejects(
+        check_pairs_with_full_period,
+        lambda d, L: float(pairs_reference(d, L)),
+        "should return an int",
     )
     assert "Correct" in _verdict(
         capsys, check_pairs_with_full_period, lambda d, L: torch.tensor(pairs_reference(d, L))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from checker_helpers import rejects_in_place
+from checker_helpers import rejects, rejects_in_place
 
 from minitransformer.exercises import (
     ExerciseError,
@@ -163,3 +163,15 @@ def test_noam_takes_only_numbers():
         for case in check_noam_learning_rate.spec.cases()
         for x in case.inputs.values()
     )
+
+
+def test_smoothing_without_num_classes_is_caught():
+    # F.one_hot(target) makes max(target) + 1 classes: right only when the largest occurs
+    def narrow(t, V, e):
+        return (1 - e) * torch.nn.functional.one_hot(t).float() + e / V
+
+    rejects(check_smoothed_targets, narrow, r"F.one_hot\(target\) without num_classes")
+
+
+def test_teacher_forcing_with_hard_wired_sizes_is_caught():
+    rejects(check_teacher_forcing, lambda tgt: (tgt[:, :4], tgt[:, 1:5]), "hard-wire the sizes")

@@ -73,6 +73,14 @@ class Mistake:
     raises: type[BaseException] | None = None
 
 
+def hard_wired(what: str) -> str:
+    """The hint of a case that differs from the first only in what a learner could hard-wire
+    (sizes, the pad id, the vocabulary): ``Case(..., hint=hard_wired("the sizes"))``."""
+    return (
+        f"Your answer is right for the first case but not for this one: does it hard-wire {what}?"
+    )
+
+
 def like(
     wrong: Callable[..., Any] | Sequence[Callable[..., Any]], hint: str | Callable[..., str]
 ) -> Mistake:
@@ -408,6 +416,8 @@ def _difference(got: Any, want: Any, label: str, atol: float, rtol: float) -> st
         return _entries(got, want, label, atol, rtol)
     if _is_number(want) and not _is_number(got):
         return f"{label} should be a number, got {type(got).__name__}"
+    if isinstance(want, numbers.Integral) and not isinstance(got, numbers.Integral):
+        return f"{label} is {_show(got)}, a {type(got).__name__}: return an int"
     if _same(got, want, atol, rtol):
         return None
     return f"{label} is {_show(got)}, expected {_show(want)}"
@@ -428,12 +438,11 @@ def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
         return isinstance(got, Mapping) and all(
             k in got and _same(got[k], w, atol, rtol) for k, w in want.items()
         )
+    if isinstance(want, numbers.Integral) and not isinstance(want, bool):
+        # a count is an int: 8.0 for 8 is a different answer (a float that happened to be whole)
+        return isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == want
     if _is_number(want):
-        return _is_number(got) and (
-            got == want
-            if isinstance(want, numbers.Integral)
-            else abs(got - want) <= atol + rtol * abs(want)
-        )
+        return _is_number(got) and abs(got - want) <= atol + rtol * abs(want)
     return bool(got == want)
 
 

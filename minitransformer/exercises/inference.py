@@ -37,6 +37,10 @@ _BYTES_MISTAKES = [
         lambda got: not isinstance(got, (int, float)) or isinstance(got, bool),
         "cache_bytes should return a number of bytes, got {got_type}",
     ),
+    when(
+        lambda got: not isinstance(got, int),
+        "your count is a {got_type}; return a Python int: bytes are whole",
+    ),
     like(
         lambda c, n, b, e: _bytes(c, n, b, e, heads=c.num_heads),
         "{where} counts the {config.num_heads} query heads; the cache stores only the "

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from minitransformer.exercises._core import Case, checker, like, seeded, when
+from minitransformer.exercises._core import Case, checker, hard_wired, like, seeded, when
 from minitransformer.lm import DecoderOnlyTransformer, lm_loss, next_token_probs
 from minitransformer.tokenizer import merge_pair
 
@@ -203,6 +203,13 @@ def check_lm_loss(gen: torch.Generator) -> list[Case]:
             model=model,
             tokens=torch.randint(1, 12, (2, 7), generator=gen),
             pad_id=0,
+        ),
+        Case(
+            "for 3 sequences padded with pad_id = 11",
+            model=model,
+            tokens=torch.where(padded == 0, 11, padded % 11),  # ids 0..10, then 11 as padding
+            pad_id=11,
+            hint=hard_wired("the pad id 0"),
         ),
     ]
 

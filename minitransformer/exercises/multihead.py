@@ -13,7 +13,7 @@ from minitransformer.attention import (
     scaled_dot_product_attention,
     split_heads,
 )
-from minitransformer.exercises._core import Case, checker, like, seeded, when
+from minitransformer.exercises._core import Case, checker, hard_wired, like, seeded, when
 
 __all__ = [
     "check_split_heads",
@@ -96,7 +96,14 @@ def check_merge_heads() -> list[Case]:
     """Check ``fn(heads)``, ``(B, h, T, d_v) -> (B, T, h*d_v)``, against
     :func:`~minitransformer.attention.merge_heads`."""
     heads = split_heads(_example(2, 3, 4, 5), 4)  # not contiguous, as in a real forward pass
-    return [Case("for heads of shape (2, 4, 3, 5)", heads=heads)]
+    return [
+        Case("for heads of shape (2, 4, 3, 5)", heads=heads),
+        Case(
+            "for heads of shape (3, 2, 5, 4)",
+            heads=split_heads(_example(3, 5, 2, 4), 2),
+            hint=hard_wired("the sizes"),
+        ),
+    ]
 
 
 _COUNT_MISTAKES = [

@@ -204,7 +204,7 @@ def _pairs(d_model: int, length: float, two_pi: bool = True) -> int:
 
 _PAIRS_MISTAKES = [
     when(
-        lambda got: not (isinstance(got, int) or isinstance(got, float) and got.is_integer()),
+        lambda got: not isinstance(got, int) or isinstance(got, bool),
         "{where} should return an int (a count of pairs), got {got!r}",
     ),
     like(

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from minitransformer.exercises._core import Case, checker, like, when
+from minitransformer.exercises._core import Case, checker, hard_wired, like, when
 from minitransformer.training import noam_learning_rate, smoothed_targets, teacher_forcing
 
 __all__ = ["check_noam_learning_rate", "check_smoothed_targets", "check_teacher_forcing"]
@@ -128,6 +128,14 @@ _SMOOTHING_MISTAKES = [
         "epsilon / V of the uniform part, on top of 1 - epsilon",
     ),
     when(
+        lambda got, want: got.shape[:-1] == want.shape[:-1] and got.shape[-1] < want.shape[-1],
+        lambda got, num_classes: (
+            f"your targets have {got.shape[-1]} classes, not num_classes = {num_classes}: "
+            "F.one_hot(target) without num_classes makes only max(target) + 1 of them, so "
+            "pass num_classes"
+        ),
+    ),
+    when(
         lambda got: not torch.allclose(got.double().sum(-1), torch.ones((), dtype=torch.float64)),
         "each target distribution (last dimension) must sum to one",
     ),
@@ -157,6 +165,12 @@ def check_smoothed_targets() -> list[Case]:
             num_classes=5,
             epsilon=0.0,
             hint="With epsilon = 0 the targets must be exactly one-hot",
+        ),
+        Case(  # the largest class does not occur: F.one_hot(target) alone is too narrow
+            "for target [[1, 0], [2, 1]] with 7 classes",
+            target=torch.tensor([[1, 0], [2, 1]]),
+            num_classes=7,
+            epsilon=0.1,
         ),
     ]
 
@@ -195,4 +209,8 @@ def check_teacher_forcing() -> list[Case]:
     """Check ``fn(tgt) -> (decoder_input, labels)`` for ``tgt`` = ``[BOS, y..., EOS, PAD...]``
     against :func:`~minitransformer.training.teacher_forcing`."""
     tgt = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])  # BOS 1, EOS 2, PAD 0
-    return [Case("for tgt of shape (2, 5)", tgt=tgt)]
+    longer = torch.tensor([[1, 9, 2, 0, 0, 0, 0], [1, 4, 4, 5, 6, 7, 2], [1, 3, 2, 0, 0, 0, 0]])
+    return [
+        Case("for tgt of shape (2, 5)", tgt=tgt),
+        Case("for tgt of shape (3, 7)", tgt=longer, hint=hard_wired("the sizes")),
+    ]
