@@ -96,3 +96,12 @@ def test_dividing_the_input_in_place_is_rejected():
         return torch.round(x).to(torch.int8), scale
 
     rejects_in_place(check_quantize_rows, in_place, "x", right=True)
+
+
+def test_quantize_with_hard_wired_sizes_is_caught():
+    def fitted(x):
+        scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-12) / 127
+        return torch.round(x / scale).to(torch.int8).reshape(6, 16), scale.reshape(6, 1)
+
+    with pytest.raises(ExerciseError, match="hard-wire the sizes|raised"):
+        check_quantize_rows(fitted)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from minitransformer.exercises._core import Case, checker, close, when
+from minitransformer.exercises._core import Case, checker, close, hard_wired, when
 from minitransformer.quantize import QMAX
 
 __all__ = ["check_quantize_rows"]
@@ -100,4 +100,8 @@ def check_quantize_rows(gen: torch.Generator) -> list[Case]:
     x = torch.randn(6, 16, generator=gen) * scales  # rows of very different sizes
     x[5] = 0.0  # an all-zero row: its scale must not be 0 (0/0 = NaN)
     x[2, 3] = -5.0  # the largest magnitude of row 2 is negative: abs() before max()
-    return [Case("for x of shape (6, 16)", x=x)]
+    wide = torch.randn(3, 40, generator=gen) * torch.tensor([[2.0], [0.5], [20.0]])
+    return [
+        Case("for x of shape (6, 16)", x=x),
+        Case("for x of shape (3, 40)", x=wide, hint=hard_wired("the sizes")),
+    ]
