@@ -324,23 +324,28 @@ class ModelConfig:
         elif windowed == layers:
             windowed = None  # None: all of them
 
-        return cls(
-            name=name or str(top.get("_name_or_path") or top.get("model_type") or "unnamed"),
-            num_layers=layers,
-            num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=head_dim,
-            d_model=d_model if d_model is not None else heads * head_dim,
-            max_len=hf.optional_size(_CONTEXT_FIELDS),
-            source=where,
-            sliding_window=window,
-            num_sliding_layers=windowed,
-            encoder_decoder=family.encoder_decoder,
-            dtype=hf.dtype() or _HFFields(top, where).dtype(),
-            v_head_dim=v_head_dim,
-            kv_lora_rank=kv_lora_rank,
-            qk_rope_head_dim=qk_rope,
-        )
+        max_len = hf.optional_size(_CONTEXT_FIELDS)
+        dtype = hf.dtype() or _HFFields(top, where).dtype()
+        try:  # the shape checks of ModelConfig itself (KV heads that do not divide the heads)
+            return cls(
+                name=name or str(top.get("_name_or_path") or top.get("model_type") or "unnamed"),
+                num_layers=layers,
+                num_heads=heads,
+                num_kv_heads=kv_heads,
+                head_dim=head_dim,
+                d_model=d_model if d_model is not None else heads * head_dim,
+                max_len=max_len,
+                source=where,
+                sliding_window=window,
+                num_sliding_layers=windowed,
+                encoder_decoder=family.encoder_decoder,
+                dtype=dtype,
+                v_head_dim=v_head_dim,
+                kv_lora_rank=kv_lora_rank,
+                qk_rope_head_dim=qk_rope,
+            )
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
 
 
 # config.json field names, in the order they are tried. Decoder layers first: they keep the

@@ -5,6 +5,7 @@ refusal of what it does not know, and the estimate/report behind the CLI."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -733,3 +734,21 @@ def test_mla_fields_go_together():
     args = dict(name="m", num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8, d_model=32)
     with pytest.raises(ValueError, match="kv_lora_rank and qk_rope_head_dim go together"):
         ModelConfig(**args, max_len=None, source="t", kv_lora_rank=16)
+
+
+def test_a_config_whose_shapes_disagree_names_its_file(tmp_path):
+    # ModelConfig's own check (KV heads must divide the heads), with the file in front
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 3,
+            }
+        )
+    )
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: num_kv_heads=3 must divide"):
+        ModelConfig.from_hf_config(tmp_path)
