@@ -51,8 +51,11 @@ __all__ = [
     "TASK",
     "TRAINING_RECIPE",
     "Recipe",
+    "LN_WARMUP",
     "held_out",
+    "layer_norm_warmup_lr",
     "load_study",
+    "train_layer_norm_setting",
     "narrow_attention",
     "parameters",
     "train_setting",
@@ -166,7 +169,7 @@ STUDY_PATH = "studies/table3.json"
 """Where the study file lies inside the package (``scripts/table3_study.py`` writes it)."""
 
 _CHANGES = {"num_layers", "d_model", "num_heads", "d_ff", "dropout", "smoothing", "head_dim"}
-_CHANGES |= {"key_dim", "value_dim", "fixed"}
+_CHANGES |= {"key_dim", "value_dim", "fixed", "norm_first"}
 
 
 def _row_scales(mha: MultiHeadAttention, key_dim: int, value_dim: int) -> Tensor:
@@ -361,6 +364,72 @@ def train_setting(
         result["train_acc"] = sequence_accuracy(model, data.src, data.tgt, BOS_ID, EOS_ID)
     result["cpu_seconds"] = time.process_time() - start
     return result
+
+
+LN_WARMUP: dict[str, Any] = {
+    "num_layers": 2,
+    "peak_lr": 1e-2,
+    "warmup_steps": 40,
+    "steps": 200,
+    "batch_size": 64,
+}
+"""Post-LN against pre-LN, with and without warm-up (section "Beyond Table 3: where the
+LayerNorm goes, and what warm-up buys"): the base model with 2 + 2 layers, no label smoothing
+and no gradient clipping, Adam with the paper's betas (0.9, 0.98) and eps 1e-9, a peak
+learning rate of 1e-2 reached after 40 updates (or from the first, without warm-up), then a
+linear decay to zero at update 200, batches of 64 fresh sequences."""
+
+
+def layer_norm_warmup_lr(step: int, *, warmup: bool) -> float:
+    """The learning rate of update ``step`` (from 1) in :data:`LN_WARMUP`: with ``warmup`` a
+    linear ramp to the peak over the first ``warmup_steps``, without it the peak from the first
+    update; after the warm-up both decay linearly to zero at ``steps``. The two schedules
+    differ only in the first ``warmup_steps`` updates."""
+    step = _checks.positive_int("step", step)
+    if not isinstance(warmup, bool):
+        raise TypeError(f"warmup must be a bool, got {warmup!r}")
+    peak, w, steps = LN_WARMUP["peak_lr"], LN_WARMUP["warmup_steps"], LN_WARMUP["steps"]
+    if step <= w:
+        return peak * step / w if warmup else peak
+    return peak * max(0.0, (steps - step + 1) / (steps - w))
+
+
+def train_layer_norm_setting(*, norm_first: bool, warmup: bool, seed: int) -> dict[str, float]:
+    """Train the model of :data:`LN_WARMUP`, post-LN (``norm_first=False``, the paper) or
+    pre-LN, with or without warm-up, and measure it on :func:`held_out` as
+    :func:`train_setting` does: ``loss`` (cross-entropy per target token; chance is about
+    ``log 11`` = 2.4, the content tokens and EOS), ``acc`` (greedy exact match),
+    ``cpu_seconds``. ``seed`` fixes the weights and the batches."""
+    if not isinstance(norm_first, bool) or not isinstance(warmup, bool):
+        raise TypeError(f"norm_first and warmup must be bools, got {norm_first!r} and {warmup!r}")
+    seed = _checks.as_int("seed", seed)
+    start = time.process_time()
+    torch.manual_seed(seed)
+    changes = {"num_layers": LN_WARMUP["num_layers"], "smoothing": 0.0, "norm_first": norm_first}
+    model, _ = _build(changes)  # pre-LN: with the final LayerNorms of encoder and decoder
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9
+    )  # lr 1: the schedule gives the rate itself
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: layer_norm_warmup_lr(done + 1, warmup=warmup)
+    )
+    gen = torch.Generator().manual_seed(seed)
+    task = TASK["task"], TASK["min_len"], TASK["max_len"], TASK["vocab_size"]
+    train(
+        model,
+        lambda: make_batch(task[0], LN_WARMUP["batch_size"], *task[1:], gen),
+        optimizer,
+        scheduler,
+        LabelSmoothingLoss(0.0, ignore_index=PAD_ID),
+        num_steps=LN_WARMUP["steps"],
+        progress=False,
+    )
+    test = held_out()
+    return {
+        "loss": evaluate_loss(model, [test]),
+        "acc": sequence_accuracy(model, test.src, test.tgt, BOS_ID, EOS_ID),
+        "cpu_seconds": time.process_time() - start,
+    }
 
 
 def load_study(path: str | Path | None = None) -> dict[str, Any]:

@@ -273,3 +273,33 @@ def test_train_setting_is_deterministic_and_reports_the_fixed_set() -> None:
 def test_train_setting_refuses_bad_arguments(changes, seed, error, message) -> None:
     with pytest.raises(error, match=message):
         ablation.train_setting(changes, seed)
+
+
+def test_the_two_layer_norm_schedules_differ_only_in_the_warm_up() -> None:
+    w, steps, peak = (ablation.LN_WARMUP[k] for k in ("warmup_steps", "steps", "peak_lr"))
+    with_warmup = [ablation.layer_norm_warmup_lr(k, warmup=True) for k in range(1, steps + 1)]
+    without = [ablation.layer_norm_warmup_lr(k, warmup=False) for k in range(1, steps + 1)]
+    assert with_warmup[:w] == pytest.approx([peak * k / w for k in range(1, w + 1)])
+    assert without[:w] == [peak] * w
+    assert with_warmup[w:] == without[w:]
+    assert max(with_warmup) == max(without) == peak
+    assert without[w] == pytest.approx(peak)  # the decay starts at the peak
+    assert without[-1] == pytest.approx(peak / (steps - w))  # and ends one step above zero
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"norm_first": 1, "warmup": True, "seed": 0}, TypeError, "must be bools"),
+        ({"norm_first": False, "warmup": "yes", "seed": 0}, TypeError, "must be bools"),
+        ({"norm_first": False, "warmup": True, "seed": 0.5}, TypeError, "seed"),
+    ],
+)
+def test_train_layer_norm_setting_refuses_bad_arguments(kwargs, error, message) -> None:
+    with pytest.raises(error, match=message):
+        ablation.train_layer_norm_setting(**kwargs)
+
+
+def test_layer_norm_warmup_lr_refuses_a_step_before_the_first() -> None:
+    with pytest.raises(ValueError, match="step"):
+        ablation.layer_norm_warmup_lr(0, warmup=True)

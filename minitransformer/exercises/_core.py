@@ -438,9 +438,9 @@ def _same(got: Any, want: Any, atol: float, rtol: float) -> bool:
         return isinstance(got, Mapping) and all(
             k in got and _same(got[k], w, atol, rtol) for k, w in want.items()
         )
-    if isinstance(want, numbers.Integral) and not isinstance(want, bool):
+    if _is_number(want) and isinstance(want, numbers.Integral):
         # a count is an int: 8.0 for 8 is a different answer (a float that happened to be whole)
-        return isinstance(got, numbers.Integral) and not isinstance(got, bool) and got == want
+        return _is_number(got) and isinstance(got, numbers.Integral) and got == want
     if _is_number(want):
         return _is_number(got) and abs(got - want) <= atol + rtol * abs(want)
     return bool(got == want)
