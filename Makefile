@@ -8,6 +8,7 @@
 #   make test-wheel  install the built wheel into a fresh venv and run the training chapter there
 #   make check-html  check every page of the built book in Chromium, at 1280 and 390 px (builds it if missing)
 #   make check-lab   check every chapter in JupyterLab in Chromium, before and after Run All
+#   make chromium    install Debian's Chromium for the browser checks, if it is missing
 #   make lint        ruff and ruff format on the code and notebooks, mypy and pyright, actionlint and zizmor
 #   make lab         JupyterLab on book/
 #   make serve       serve _build/html on http://127.0.0.1:8000
@@ -33,7 +34,7 @@ PORT   ?= 8000
 # Notebooks in reading order, from _toc.yml.
 NOTEBOOKS = $(shell sed -n 's/^ *- file: *\(book\/[^ ]*\)/\1/p' _toc.yml | while read f; do [ -f $$f.ipynb ] && echo $$f.ipynb; done)
 
-.PHONY: install install-unlocked book test test-portable test-wheel lint check-html check-lab lab serve notebooks bench lock clean distclean help
+.PHONY: install install-unlocked book test test-portable test-wheel lint chromium check-html check-lab lab serve notebooks bench lock clean distclean help
 
 install: $(STAMP)
 
@@ -96,7 +97,9 @@ test-wheel: $(STAMP)
 	$(BIN)/python scripts/test_wheel.py $(CHAPTERS)
 
 # Debian's Chromium for the browser checks (Playwright's own browser download needs the network).
-INSTALL_CHROMIUM = command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+# A target of its own, so that .ci/run installs it once before the two checks run side by side.
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # Settings in pyproject.toml ([tool.ruff], [tool.mypy], [tool.pyright]) and book/ruff.toml (the
 # notebooks' 76 columns). zizmor audits the workflow offline (no GitHub API).
@@ -109,14 +112,12 @@ lint: $(STAMP)
 	$(BIN)/actionlint .github/workflows/ci.yml
 	$(BIN)/zizmor --offline --quiet .github/
 
-check-html: $(STAMP)
+check-html: $(STAMP) chromium
 	@test -f _build/html/index.html || $(MAKE) book
-	@$(INSTALL_CHROMIUM)
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
 
 # Every chapter, or some: make check-lab CHAPTERS="warmup attention".
-check-lab: $(STAMP)
-	@$(INSTALL_CHROMIUM)
+check-lab: $(STAMP) chromium
 	$(BIN)/python tests/lab/check_lab.py --screenshots _build/lab-screenshots $(foreach c,$(CHAPTERS),--chapter $(c))
 
 # Jupyter refuses to start as root unless told; containers and CI machines often run as root.
