@@ -151,13 +151,14 @@ def ids(
     any arithmetic or indexing. Every element must lie in ``[low, high)`` (None: unbounded),
     negative ids included: a ValueError names ``name``, the range found and ``within`` (what
     the range is of). One ``aminmax`` pass, skipped on the meta device."""
-    tensor(name, x, ndim=ndim, what=what)
+    tensor(name, x, what=what)
     assert isinstance(x, Tensor)  # checked just above (for the type checker)
-    if x.dtype not in ID_DTYPES:
+    if x.dtype not in ID_DTYPES:  # the kind first, then the shape, as tensor() does
         raise TypeError(
             f"{name} must be an integer tensor of ids (int8, int16, int32, int64 or uint8), "
             f"got dtype {x.dtype}"
         )
+    tensor(name, x, ndim=ndim, what=what)
     x = x.long()  # no copy for int64
     if x.numel() and x.device.type != "meta" and (low is not None or high is not None):
         lo, hi = (int(v) for v in torch.aminmax(x))

@@ -163,8 +163,12 @@ def lm_loss(model: nn.Module, tokens: Tensor, *, pad_id: int | None = None) -> T
     return F.cross_entropy(logits, targets.flatten(), ignore_index=ignore)
 
 
-def _check_stream(name: str, tokens: Tensor, min_len: int) -> Tensor:
-    tensor(name, tokens, kind="int", ndim=1, what="(N,)")
+def _check_stream(
+    name: str, tokens: Tensor, min_len: int, high: int | None = None, within: str = "the vocabulary"
+) -> Tensor:
+    """A stream of ids ``(N,)`` of any id dtype, as int64 (``_checks.ids``: uint8 arithmetic
+    would overflow), each in ``[0, high)``, at least ``min_len`` of them."""
+    tokens = ids(name, tokens, ndim=1, what="(N,)", high=high, within=within)
     if tokens.shape[0] < min_len:
         raise ValueError(f"{name} must hold at least {min_len} tokens, got {tokens.shape[0]}")
     return tokens
@@ -183,7 +187,7 @@ def evaluate_lm(model: nn.Module, tokens: Tensor, *, seq_len: int, batch_size: i
     module("model", model)
     seq_len = positive_int("seq_len", seq_len)
     batch_size = positive_int("batch_size", batch_size)
-    _check_stream("tokens", tokens, 2)
+    tokens = _check_stream("tokens", tokens, 2)
     starts = list(range(0, tokens.shape[0] - 1, seq_len))
     full = [s for s in starts if s + seq_len + 1 <= tokens.shape[0]]
     was_training = model.training
@@ -242,7 +246,7 @@ def train_lm(
     warmup_steps = positive_int("warmup_steps", warmup_steps)
     lr = finite_float("lr", lr, low=0.0, low_open=True)
     clip_grad_norm = finite_float("clip_grad_norm", clip_grad_norm, low=0.0, low_open=True)
-    _check_stream("tokens", tokens, seq_len + 1)
+    tokens = _check_stream("tokens", tokens, seq_len + 1)
     windows = tokens.unfold(0, seq_len + 1, 1)  # (N - seq_len, seq_len + 1), a view
 
     def next_batch() -> Tensor:  # (batch_size, seq_len + 1)
@@ -299,12 +303,7 @@ def bigram_log_probs(tokens: Tensor, vocab_size: int, *, alpha: float = 1.0) -> 
     """
     vocab_size = positive_int("vocab_size", vocab_size)
     alpha = finite_float("alpha", alpha, low=0.0, low_open=True)
-    _check_stream("tokens", tokens, 2)
-    if int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size:
-        raise ValueError(
-            f"tokens holds ids in [{int(tokens.min())}, {int(tokens.max())}], "
-            f"outside the vocabulary [0, {vocab_size})"
-        )
+    tokens = _check_stream("tokens", tokens, 2, high=vocab_size)
     pairs = tokens[:-1] * vocab_size + tokens[1:]  # (N - 1,) one index per (a, b)
     counts = torch.bincount(pairs, minlength=vocab_size * vocab_size)
     counts = counts.reshape(vocab_size, vocab_size).double()  # (V, V): count(a, b)
@@ -317,12 +316,9 @@ def bigram_loss(log_probs: Tensor, tokens: Tensor) -> float:
     tensor("log_probs", log_probs, kind="float", ndim=2, what="(V, V)")
     if log_probs.shape[0] != log_probs.shape[1]:
         raise ValueError(f"log_probs must be a square (V, V) table, got {tuple(log_probs.shape)}")
-    _check_stream("tokens", tokens, 2)
-    if int(tokens.max()) >= log_probs.shape[0]:
-        raise ValueError(
-            f"tokens hold ids up to {int(tokens.max())}, outside the table's "
-            f"vocabulary of {log_probs.shape[0]} (log_probs)"
-        )
+    tokens = _check_stream(
+        "tokens", tokens, 2, high=log_probs.shape[0], within="the vocabulary of log_probs"
+    )
     return float(-log_probs[tokens[:-1], tokens[1:]].mean())
 
 

@@ -510,3 +510,20 @@ def test_empty_batches_and_no_positions():
     assert lm_loss(model, torch.zeros(0, 5, dtype=torch.long)).isnan()
     assert lm_loss(model, torch.zeros(2, 5, dtype=torch.long), pad_id=0).isnan()
     assert generate(model, torch.zeros(0, 3, dtype=torch.long), 4).shape == (0, 7)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32])
+def test_bigram_counts_of_every_id_dtype_equal_int64s(dtype):
+    # uint8 ids with V = 256: a * V + b overflowed in uint8, and 1,280 of the 65,536 entries
+    # differed; the ids are converted to int64 before any arithmetic
+    tokens = torch.randint(0, 256, (5000,), generator=torch.Generator().manual_seed(0))
+    want = bigram_log_probs(tokens, 256)
+    assert torch.equal(bigram_log_probs(tokens.to(dtype), 256), want)
+    assert bigram_loss(want, tokens.to(dtype)) == bigram_loss(want, tokens)
+
+
+def test_bigram_loss_refuses_a_negative_id():
+    # it was read as row V - 1
+    table = bigram_log_probs(torch.tensor([1, 2, 3, 1]), 4)
+    with pytest.raises(ValueError, match=r"tokens holds ids in \[-1, 2\], outside the vocab"):
+        bigram_loss(table, torch.tensor([1, -1, 2]))

@@ -416,7 +416,11 @@ def _difference(got: Any, want: Any, label: str, atol: float, rtol: float) -> st
         return _entries(got, want, label, atol, rtol)
     if _is_number(want) and not _is_number(got):
         return f"{label} should be a number, got {type(got).__name__}"
-    if isinstance(want, numbers.Integral) and not isinstance(got, numbers.Integral):
+    if (
+        _is_number(want)
+        and isinstance(want, numbers.Integral)
+        and not isinstance(got, numbers.Integral)
+    ):
         return f"{label} is {_show(got)}, a {type(got).__name__}: return an int"
     if _same(got, want, atol, rtol):
         return None
