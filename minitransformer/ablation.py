@@ -373,9 +373,9 @@ LN_WARMUP: dict[str, Any] = {
     "steps": 200,
     "batch_size": 64,
 }
-"""Post-LN against pre-LN, with and without warm-up (section "Beyond Table 3: where the
-LayerNorm goes, and what warm-up buys"): the base model with 2 + 2 layers, no label smoothing
-and no gradient clipping, Adam with the paper's betas (0.9, 0.98) and eps 1e-9, a peak
+"""The set-up that compares post-LN with pre-LN, each with and without warm-up, in the
+ablations chapter's section "Beyond Table 3". The base model with 2 + 2 layers, no label
+smoothing and no gradient clipping, Adam with the paper's betas (0.9, 0.98) and eps 1e-9, a peak
 learning rate of 1e-2 reached after 40 updates (or from the first, without warm-up), then a
 linear decay to zero at update 200, batches of 64 fresh sequences."""
 
