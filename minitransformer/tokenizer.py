@@ -37,18 +37,30 @@ Layout of the vocabulary (the same as Hugging Face ``tokenizers``, so the ids ag
 Pre-tokenisation is GPT-2's: a regular expression cuts text into words with their leading
 space (``" the"``), runs of digits, runs of punctuation, and whitespace, so that merges never
 cross a word boundary (no token ``"e t"``) and frequent words become single tokens. Python's
-``re`` has no ``\\p{L}`` (letter) class, so :data:`PRETOKENIZE_PATTERN` uses ``[^\\W\\d_]``
-for letters; it differs from GPT-2 only for rare characters: the numerals that are not
-decimal digits (``"²"``, ``"½"``, ``"Ⅻ"``) count as letters, the control characters
-``\\x1c``-``\\x1f`` as whitespace, and characters newer than Python's Unicode database.
+``re`` has no ``\\p{L}`` (letter) or ``\\p{N}`` (number) class, and its ``\\s`` counts the
+control characters ``\\x1c``-``\\x1f`` as space, so :func:`pretokenize` spells GPT-2's classes
+out from Python's Unicode database (:func:`gpt2_pattern`): it cuts as GPT-2 and Hugging Face do
+(tested on text in many scripts), except for characters newer than Python's Unicode version.
+
+GPT-2's own files: :meth:`BPETokenizer.from_gpt2_files` reads a ``vocab.json`` and
+``merges.txt`` (GPT-2's, or any byte-level BPE saved by Hugging Face ``tokenizers``), and
+:meth:`BPETokenizer.save_gpt2_files` writes them. GPT-2 lists its one special token,
+``<|endoftext|>``, after the merges (id 50256); ``specials_first=False`` is that layout.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
+import itertools
+import json
+import os
 import re
+import sys
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from torch import Tensor
 
@@ -59,7 +71,9 @@ __all__ = [
     "PAD",
     "ENDOFTEXT",
     "BYTE_ORDER",
-    "PRETOKENIZE_PATTERN",
+    "BYTE_TO_CHAR",
+    "GPT2_SPLIT",
+    "gpt2_pattern",
     "pretokenize",
     "merge_pair",
     "BPETokenizer",
@@ -82,14 +96,53 @@ _PRINTABLE = [
 ]
 #: The 256 byte values in vocabulary order (the printable ones, then the others).
 BYTE_ORDER: tuple[int, ...] = tuple(_PRINTABLE + [b for b in range(256) if b not in _PRINTABLE])
+#: GPT-2's printable character for each byte, as its ``vocab.json`` and ``merges.txt`` write
+#: tokens: a printable byte stands for itself, the others are U+0100 onwards in
+#: :data:`BYTE_ORDER` (the space is ``"Ġ"``, U+0120).
+BYTE_TO_CHAR: dict[int, str] = {
+    b: chr(b if i < len(_PRINTABLE) else 256 + i - len(_PRINTABLE))
+    for i, b in enumerate(BYTE_ORDER)
+}
+_CHAR_TO_BYTE = {c: b for b, c in BYTE_TO_CHAR.items()}
 
-#: GPT-2's pre-tokenisation pattern, with ``[^\W\d_]`` for letters (module docstring):
-#: contractions, an optional space and letters, an optional space and digits, an optional
+#: GPT-2's pre-tokenisation pattern (openai/gpt-2, ``src/encoder.py``), in its own notation:
+#: contractions, an optional space and letters, an optional space and numbers, an optional
 #: space and other symbols, whitespace not followed by a non-space (so that the last space
 #: before a word stays with the word), other whitespace.
-PRETOKENIZE_PATTERN = re.compile(
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+"""
-)
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+# Unicode's White_Space characters: what \s means to GPT-2's regex (and to Rust's, which
+# Hugging Face uses); Python's \s adds \x1c-\x1f.
+_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
+def _category_classes(majors: str) -> dict[str, str]:
+    """For each letter of ``majors`` (``"L"``: letters, ``"N"``: numbers), a character class
+    body listing, as ranges, every code point whose Unicode category starts with it."""
+    category = unicodedata.category
+    first_letters = [category(chr(c))[0] for c in range(sys.maxunicode + 1)]
+    parts: dict[str, list[str]] = {major: [] for major in majors}
+    start = 0
+    for major, run in itertools.groupby(first_letters):
+        end = start + len(list(run))  # this run is start .. end - 1
+        if major in parts:
+            first, last = re.escape(chr(start)), re.escape(chr(end - 1))
+            parts[major].append(first if end - start == 1 else f"{first}-{last}")
+        start = end
+    return {major: "".join(ranges) for major, ranges in parts.items()}
+
+
+@functools.cache
+def gpt2_pattern() -> re.Pattern[str]:
+    """:data:`GPT2_SPLIT` for Python's ``re``: ``\\p{L}`` and ``\\p{N}`` spelled out from
+    :mod:`unicodedata` and ``\\s`` as Unicode's White_Space. Built on first use (a fraction of
+    a second), then kept."""
+    classes = _category_classes("LN")
+    letters, numbers = classes["L"], classes["N"]
+    return re.compile(
+        rf"""'s|'t|'re|'ve|'m|'ll|'d| ?[{letters}]+| ?[{numbers}]+"""
+        rf"""| ?[^{_SPACE}{letters}{numbers}]+|[{_SPACE}]+(?![^{_SPACE}])|[{_SPACE}]+"""
+    )
 
 
 def _check_text(name: str, text: object) -> str:
@@ -100,8 +153,9 @@ def _check_text(name: str, text: object) -> str:
 
 def pretokenize(text: str) -> list[str]:
     """Cut ``text`` into the chunks BPE works inside: ``"Hello  world's"`` ->
-    ``["Hello", " ", " world", "'s"]``. The chunks concatenate to ``text``."""
-    return PRETOKENIZE_PATTERN.findall(_check_text("text", text))
+    ``["Hello", " ", " world", "'s"]``, by GPT-2's rule (:data:`GPT2_SPLIT`). The chunks
+    concatenate to ``text``."""
+    return gpt2_pattern().findall(_check_text("text", text))
 
 
 def _utf8(text: str) -> bytes:
@@ -179,12 +233,16 @@ class BPETokenizer:
         merges: the learned pairs ``(left id, right id)``, in order; merge ``i`` has rank ``i``.
         vocab: ``vocab[id]`` is the token's bytes (a special token's: its UTF-8 string).
         special_tokens: the special tokens' strings, in id order.
+        specials_first: whether the special tokens come first (ids ``0 .. k-1``, the
+            default), or after the merged tokens, as in GPT-2's vocabulary.
     """
 
     def __init__(
         self,
         merges: Sequence[tuple[int, int]] = (),
         special_tokens: Sequence[str] = (PAD, ENDOFTEXT),
+        *,
+        specials_first: bool = True,
     ) -> None:
         if isinstance(special_tokens, str) or not all(
             isinstance(s, str) and s for s in special_tokens
@@ -194,21 +252,27 @@ class BPETokenizer:
             )
         if len(set(special_tokens)) != len(special_tokens):
             raise ValueError(f"special_tokens must be distinct, got {list(special_tokens)}")
+        if not isinstance(specials_first, bool):
+            raise TypeError(f"specials_first must be a bool, got {specials_first!r}")
         self.special_tokens = list(special_tokens)
-        self.vocab: list[bytes] = [s.encode("utf-8") for s in self.special_tokens]
+        self.specials_first = specials_first
+        first = len(self.special_tokens) if specials_first else 0  # the first byte's id
+        self.vocab: list[bytes] = [s.encode("utf-8") for s in self.special_tokens[:first]]
         self.vocab += [bytes([b]) for b in BYTE_ORDER]
         self._byte_id = [0] * 256  # byte value -> its id
         for i, b in enumerate(BYTE_ORDER):
-            self._byte_id[b] = len(self.special_tokens) + i
-        self._id_of = {
-            token: i for i, token in enumerate(self.vocab) if i >= len(self.special_tokens)
-        }  # bytes -> id (not the specials)
+            self._byte_id[b] = first + i
+        self._id_of = {token: i for i, token in enumerate(self.vocab) if i >= first}
+        # bytes -> id (not the specials)
         self.merges: list[tuple[int, int]] = []
         self._rank: dict[tuple[int, int], int] = {}  # pair -> rank (when it was learned)
         self._merged: dict[tuple[int, int], int] = {}  # pair -> the id of the merged token
         self._cache: dict[str, list[int]] = {}  # chunk -> ids (text repeats its words)
         for pair in merges:
             self._add_merge(pair)
+        self._first_special = 0 if specials_first else len(self.vocab)
+        if not specials_first:  # after the merges: no merge can be added any more
+            self.vocab += [s.encode("utf-8") for s in self.special_tokens]
         special = "|".join(re.escape(s) for s in sorted(self.special_tokens, key=len, reverse=True))
         self._special_pattern = re.compile(f"({special})") if special else None
 
@@ -217,11 +281,12 @@ class BPETokenizer:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"merges must hold pairs of ids (left, right), got {pair!r}")
         a, b = (as_int(f"merges[{len(self.merges)}]", i) for i in pair)
+        first = self._byte_id[BYTE_ORDER[0]]
         for i in (a, b):
-            if not len(self.special_tokens) <= i < len(self.vocab):
+            if not first <= i < len(self.vocab):
                 raise ValueError(
                     f"merges[{len(self.merges)}] = {pair} uses id {i}, not a byte or merged token "
-                    f"[{len(self.special_tokens)}, {len(self.vocab)})"
+                    f"[{first}, {len(self.vocab)})"
                 )
         if (a, b) in self._rank:
             raise ValueError(f"merges[{len(self.merges)}] = {pair} is listed twice")
@@ -354,7 +419,7 @@ class BPETokenizer:
             raise ValueError(
                 f"this tokenizer has no {token} token; its special tokens are {self.special_tokens}"
             )
-        return self.special_tokens.index(token)
+        return self._first_special + self.special_tokens.index(token)
 
     @property
     def pad_id(self) -> int:
@@ -423,7 +488,7 @@ class BPETokenizer:
         ids: list[int] = []
         for i, piece in enumerate(pieces):
             if i % 2:
-                ids.append(self.special_tokens.index(piece))
+                ids.append(self._special_id(piece))
             else:
                 for chunk in pretokenize(piece):
                     ids += self._encode_chunk(chunk)
@@ -439,8 +504,107 @@ class BPETokenizer:
         parts = [vocab[i] for i in _id_list("ids", ids, len(vocab), kind="an iterable")]
         return b"".join(parts).decode("utf-8", errors="replace")
 
+    # -- GPT-2's files ----------------------------------------------------------------------
+    def save_gpt2_files(self, folder: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write ``vocab.json`` (token -> id) and ``merges.txt`` (one merge per line) into
+        ``folder``, in GPT-2's format: each byte written as its :data:`BYTE_TO_CHAR`
+        character, the special tokens as themselves. Hugging Face's
+        ``tokenizers.models.BPE.from_file`` and :meth:`from_gpt2_files` read them. Returns
+        the two paths."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        first = self._first_special
+        specials = range(first, first + len(self.special_tokens))
+        vocab = {
+            (self.vocab[i].decode("utf-8") if i in specials else _to_chars(self.vocab[i])): i
+            for i in range(len(self.vocab))
+        }
+        lines = [f"{_to_chars(self.vocab[a])} {_to_chars(self.vocab[b])}" for a, b in self.merges]
+        vocab_path, merges_path = folder / "vocab.json", folder / "merges.txt"
+        vocab_path.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        merges_path.write_text("#version: 0.2\n" + "".join(f"{m}\n" for m in lines), "utf-8")
+        return vocab_path, merges_path
+
+    @classmethod
+    def from_gpt2_files(
+        cls, vocab: str | os.PathLike[str], merges: str | os.PathLike[str]
+    ) -> BPETokenizer:
+        """The tokenizer of a ``vocab.json`` and ``merges.txt`` in GPT-2's format: GPT-2's own
+        (50,000 merges, then ``<|endoftext|>`` at id 50256), or one that Hugging Face
+        ``tokenizers`` or :meth:`save_gpt2_files` wrote. The ids are the file's: a vocabulary
+        entry that no byte or merge forms is a special token, and the special tokens must come
+        first or last. Refuses, naming the file and the line or token, a merge of unknown
+        tokens, and a ``vocab.json`` whose ids do not follow the merges."""
+        vocab_path, merges_path = Path(vocab), Path(merges)
+        try:
+            table = json.loads(vocab_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{vocab_path} is not valid JSON: {error}") from error
+        if not isinstance(table, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in table.items()
+        ):
+            raise ValueError(f"{vocab_path} must map token strings to integer ids")
+        pairs: list[tuple[bytes, bytes]] = []
+        lines = merges_path.read_text(encoding="utf-8").splitlines()
+        for number, line in enumerate(lines, 1):
+            if not line.strip() or (number == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2 or not all(parts):
+                raise ValueError(f"{merges_path}, line {number}: {line!r} is not two tokens")
+            try:
+                pairs.append((_from_chars(parts[0]), _from_chars(parts[1])))
+            except KeyError as error:
+                raise ValueError(
+                    f"{merges_path}, line {number}: {line!r} has {error.args[0]!r}, which is "
+                    "not one of GPT-2's 256 byte characters"
+                ) from None
+        formed = {_to_chars(bytes([b])) for b in range(256)}
+        formed |= {_to_chars(a + b) for a, b in pairs}
+        specials = [t for _, t in sorted((i, t) for t, i in table.items() if t not in formed)]
+        specials_first = bool(specials) and table[specials[0]] == 0
+        plain = cls((), ())  # the merges' ids without special tokens: bytes at 0 .. 255
+        for number, (a, b) in enumerate(pairs, 1):
+            left, right = plain._id_of.get(a), plain._id_of.get(b)
+            if left is None or right is None:
+                raise ValueError(
+                    f"{merges_path}, merge {number}: {a!r} + {b!r} uses a token that no "
+                    "earlier merge forms"
+                )
+            plain._add_merge((left, right))
+        shift = len(specials) if specials_first else 0
+        merged = [(a + shift, b + shift) for a, b in plain.merges]
+        tok = cls(merged, specials, specials_first=specials_first)
+        for token, i in table.items():
+            ours = tok._id_of.get(_from_chars(token)) if token in formed else None
+            if ours is None:
+                ours = tok._special_id(token)
+            if ours != i:
+                raise ValueError(
+                    f"{vocab_path}: {token!r} has id {i}, but the merges of {merges_path} "
+                    f"(with the special tokens {specials} "
+                    f"{'first' if specials_first else 'last'}) give it id {ours}"
+                )
+        if len(table) != tok.vocab_size:
+            raise ValueError(
+                f"{vocab_path} has {len(table)} tokens, its merges and special tokens form "
+                f"{tok.vocab_size}"
+            )
+        return tok
+
     def __repr__(self) -> str:
         return (
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={self.special_tokens})"
         )
+
+
+def _to_chars(token: bytes) -> str:
+    """A token's bytes as GPT-2 writes them (:data:`BYTE_TO_CHAR`)."""
+    return "".join(BYTE_TO_CHAR[b] for b in token)
+
+
+def _from_chars(text: str) -> bytes:
+    """The inverse of :func:`_to_chars`; ``KeyError`` for a character that is not a byte's."""
+    return bytes(_CHAR_TO_BYTE[c] for c in text)
