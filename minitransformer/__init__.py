@@ -17,8 +17,8 @@ chapter (the chapter "Where next" has the full map):
   :mod:`minitransformer.kv_cli`, :mod:`minitransformer.flash`, :mod:`minitransformer.paged`,
   :mod:`minitransformer.quantize`: inference (the KV cache and its memory calculator with its
   command line, tiled attention, paged and int8 caches);
-* :mod:`minitransformer.tokenizer` and :mod:`minitransformer.lm`: byte-pair encoding and a
-  decoder-only language model;
+* :mod:`minitransformer.tokenizer`, :mod:`minitransformer.lm` and :mod:`minitransformer.gpt2`:
+  byte-pair encoding, a decoder-only language model, and GPT-2's weights and files in it;
 * :mod:`minitransformer.report`, :mod:`minitransformer.plotting` and
   :mod:`minitransformer.exercises`: numbers printed to the digits another CPU reproduces, the
   book's figures and the exercise checkers.

@@ -35,7 +35,7 @@ from minitransformer.attention import causal_mask
 from minitransformer.decoding import generate, next_token_probs
 from minitransformer.kv_cache import KVCache
 from minitransformer.model import Decoder
-from minitransformer.positional import PositionalEncoding
+from minitransformer.positional import LearnedPositionalEmbedding, PositionalEncoding
 from minitransformer.tokenizer import BPETokenizer
 from minitransformer.training import TrainHistory, train
 
@@ -63,6 +63,14 @@ class DecoderOnlyTransformer(nn.Module):
     the embedding by default (the paper, section 3.4; GPT-2 too). The causal mask is always
     applied. Initialisation as :class:`~minitransformer.model.Transformer`. Section "A
     decoder-only model".
+
+    What GPT-2 changed, as options (section "Your model is GPT-2";
+    :func:`~minitransformer.gpt2.from_hf_gpt2` sets them): ``positions="learned"``, a trained
+    :class:`~minitransformer.positional.LearnedPositionalEmbedding` table (initialised from
+    ``N(0, 0.02^2)``, as GPT-2) instead of the sinusoids; ``scale_embedding=False``, the
+    token embedding added unscaled; ``activation="gelu_tanh"`` in the feed-forward layers
+    (one of :data:`~minitransformer.model.ACTIVATIONS`). Pre-LN with a final LayerNorm, tied
+    embeddings and biases in every projection but the output are already the defaults.
     """
 
     def __init__(
@@ -77,6 +85,9 @@ class DecoderOnlyTransformer(nn.Module):
         dropout: float = 0.1,
         tie_embeddings: bool = True,
         norm_first: bool = True,
+        positions: str = "sinusoidal",
+        scale_embedding: bool = True,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         self.vocab_size = positive_int("vocab_size", vocab_size)
@@ -84,10 +95,20 @@ class DecoderOnlyTransformer(nn.Module):
         self.num_heads = positive_int("num_heads", num_heads)
         self.max_len = positive_int("max_len", max_len)
         self.tie_embeddings = bool(tie_embeddings)
+        if not isinstance(scale_embedding, bool):
+            raise TypeError(f"scale_embedding must be a bool, got {scale_embedding!r}")
+        self.embed_scale = math.sqrt(d_model) if scale_embedding else 1.0
         self.embed = nn.Embedding(vocab_size, d_model)
-        self.positional = PositionalEncoding(
-            d_model, max_len, dropout=probability("dropout", dropout)
-        )
+        self.positional: PositionalEncoding | LearnedPositionalEmbedding
+        dropout = probability("dropout", dropout)
+        if positions == "sinusoidal":
+            self.positional = PositionalEncoding(d_model, max_len, dropout=dropout)
+        elif positions == "learned":
+            self.positional = LearnedPositionalEmbedding(
+                d_model, max_len, dropout=dropout, init_std=0.02
+            )
+        else:
+            raise ValueError(f"positions must be 'sinusoidal' or 'learned', got {positions!r}")
         self.decoder = Decoder(
             num_layers=positive_int("num_layers", num_layers),
             d_model=d_model,
@@ -96,6 +117,7 @@ class DecoderOnlyTransformer(nn.Module):
             dropout=dropout,
             norm_first=norm_first,
             cross_attention=False,
+            activation=activation,
         )
         self.output = nn.Linear(d_model, vocab_size, bias=False)  # pre-softmax projection
         for p in self.decoder.parameters():
@@ -127,7 +149,10 @@ class DecoderOnlyTransformer(nn.Module):
         # position may attend to everything, so it needs no mask.
         mask = None if T == 1 else causal_mask(start + T, device=tokens.device)[start:]
         # mask: (T, start + T), broadcast over B and h
-        x = self.positional(self.embed(tokens) * math.sqrt(self.d_model), start)  # (B, T, d_model)
+        x = self.embed(tokens)  # (B, T, d_model)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        x = self.positional(x, start)  # (B, T, d_model)
         x = self.decoder(x, None, tgt_mask=mask, cache=cache)  # (B, T, d_model)
         return self.output(x)  # (B, T, V)
 

@@ -43,6 +43,7 @@ from minitransformer.kv_cache import KVCache, LayerCache
 from minitransformer.positional import PositionalEncoding
 
 __all__ = [
+    "ACTIVATIONS",
     "FeedForward",
     "EncoderLayer",
     "DecoderLayer",
@@ -70,20 +71,45 @@ def _check_stream(name: str, x: Tensor, d_model: int, what: str) -> None:
         )
 
 
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+"""The feed-forward activations: ``"relu"`` (the paper), ``"gelu"`` (exact, with the normal
+CDF) and ``"gelu_tanh"`` (GELU's tanh approximation, which GPT-2 uses; ``transformers`` calls it
+``gelu_new``)."""
+
+
+def _activation(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, one of {', '.join(ACTIVATIONS)}; got {value!r}")
+    if value not in ACTIVATIONS:
+        raise ValueError(f"{name} must be one of {', '.join(ACTIVATIONS)}, got {value!r}")
+    return value
+
+
+def _activate(activation: str, hidden: Tensor) -> Tensor:
+    """The activation on ``hidden``; ReLU in place (no second ``d_ff`` tensor)."""
+    if activation == "relu":
+        return torch.relu_(hidden)
+    return F.gelu(hidden, approximate="tanh" if activation == "gelu_tanh" else "none")
+
+
 class FeedForward(nn.Module):
     """``FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`` at every position: ``(B, L, d_model) ->
     (B, L, d_model)`` through width ``d_ff``; dropout on the hidden activations, as in
-    :class:`torch.nn.TransformerEncoderLayer`."""
+    :class:`torch.nn.TransformerEncoderLayer`. ``activation``: one of :data:`ACTIVATIONS` in
+    place of the paper's ``max(0, .)``."""
 
-    def __init__(self, d_model: int, d_ff: int, *, dropout: float = 0.1) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, *, dropout: float = 0.1, activation: str = "relu"
+    ) -> None:
         super().__init__()
+        self.activation = _activation("activation", activation)
         self.linear1 = nn.Linear(positive_int("d_model", d_model), positive_int("d_ff", d_ff))
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(probability("dropout", dropout))
 
     def forward(self, x: Tensor) -> Tensor:
         _check_stream("x", x, self.linear1.in_features, "(B, L, d_model)")
-        hidden = torch.relu_(self.linear1(x))  # (B, L, d_ff); in place: no second d_ff tensor
+        hidden = _activate(self.activation, self.linear1(x))  # (B, L, d_ff)
         if self.training:  # dropout acts in training only: no call otherwise
             hidden = self.dropout(hidden)
         return self.linear2(hidden)  # (B, L, d_model)
@@ -177,7 +203,8 @@ class DecoderLayer(nn.Module):
     ``(B, T, d_model)``.
 
     ``cross_attention=False`` drops the cross-attention sub-layer (and ``norm2``,
-    ``dropout2``): the layer of a decoder-only model, called with ``memory=None``. With
+    ``dropout2``): the layer of a decoder-only model, called with ``memory=None``.
+    ``activation``: the feed-forward's, as in :class:`FeedForward`. With
     ``store_weights = True`` a forward pass keeps the detached ``self_attn_weights``
     ``(B, h, T, T)`` and ``cross_attn_weights`` ``(B, h, T, S)``.
     """
@@ -192,6 +219,7 @@ class DecoderLayer(nn.Module):
         norm_first: bool = False,
         cross_attention: bool = True,
         head_dim: int | None = None,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         self.d_model, self.norm_first = d_model, norm_first
@@ -201,7 +229,7 @@ class DecoderLayer(nn.Module):
             if cross_attention
             else None
         )
-        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout=dropout, activation=activation)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model) if cross_attention else None
         self.norm3 = nn.LayerNorm(d_model)
@@ -375,7 +403,7 @@ def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
 def _ffn(ffn: FeedForward, x: Tensor) -> Tensor:
     """``ffn(x)`` in eval mode without the module calls: ``max(0, x W_1 + b_1) W_2 + b_2``."""
     linear1, linear2 = ffn.linear1, ffn.linear2
-    hidden = torch.relu_(F.linear(x, linear1.weight, linear1.bias))  # (B, 1, d_ff)
+    hidden = _activate(ffn.activation, F.linear(x, linear1.weight, linear1.bias))  # (B, 1, d_ff)
     return F.linear(hidden, linear2.weight, linear2.bias)
 
 
@@ -428,7 +456,8 @@ class Decoder(nn.Module):
 
     ``tgt_mask`` goes to every layer as is (include the causal mask; :meth:`Transformer.decode`
     does). ``final_norm`` as in :class:`Encoder`; ``cross_attention=False`` builds a
-    decoder-only stack (``memory=None``). ``fast_step`` (default True) lets a cached step of
+    decoder-only stack (``memory=None``); ``activation`` as in :class:`FeedForward`.
+    ``fast_step`` (default True) lets a cached step of
     one token take the fast path (``_can_step``); False runs the modules, to compare.
     """
 
@@ -444,6 +473,7 @@ class Decoder(nn.Module):
         final_norm: bool | None = None,
         cross_attention: bool = True,
         head_dim: int | None = None,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         self.layers = nn.ModuleList(
@@ -455,6 +485,7 @@ class Decoder(nn.Module):
                 norm_first=norm_first,
                 cross_attention=cross_attention,
                 head_dim=head_dim,
+                activation=activation,
             )
             for _ in range(positive_int("num_layers", num_layers))
         )

@@ -17,6 +17,7 @@ without a spec (or a stated reason to have none) fails it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from minitransformer import (  # noqa: E402
     data,
     decoding,
     flash,
+    gpt2,
     kv_cache,
     kv_memory,
     lm,
@@ -179,6 +181,19 @@ class Spec:
 # -- a small model for the callables that need one ------------------------------------------
 
 V, D, H, FF = 13, 16, 2, 32
+
+
+@functools.cache
+def _tiny_gpt2_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(vocab_size=V, n_embd=8, n_head=2, n_layer=1, n_positions=8)
+    return transformers.GPT2LMHeadModel(config).state_dict(), config.to_dict()
+
+
+def _tiny_gpt2() -> dict[str, Any]:
+    """``from_hf_gpt2``'s valid arguments: a tiny random GPT-2's state_dict and config."""
+    state, config = _tiny_gpt2_state()
+    return {"source": state, "config": dict(config)}
 
 
 def small_model() -> model.Transformer:
@@ -408,6 +423,7 @@ SPECS: list[Spec] = [
         model.FeedForward,
         lambda: {"d_model": 8, "d_ff": 16, "dropout": 0.1},
         {"d_model": "size", "d_ff": "size", "dropout": "probability"},
+        {"activation": [lambda kw: "swish"]},
     ),
     Spec(
         "model.EncoderLayer",
@@ -821,6 +837,20 @@ SPECS: list[Spec] = [
         lambda: {"num_layers": 2, "num_kv_heads": 2, "head_dim": 4, "seq_len": 8},
         {"num_layers": "size", "num_kv_heads": "size", "head_dim": "size", "seq_len": "count"},
     ),
+    # GPT-2's weights
+    Spec(
+        "gpt2.from_hf_gpt2",
+        gpt2.from_hf_gpt2,
+        lambda: dict(_tiny_gpt2()),
+        {"config": "module"},
+        {"config": [lambda kw: {**kw["config"], "n_head": "4"}]},
+    ),
+    Spec(
+        "gpt2.gpt2_weight_map",
+        gpt2.gpt2_weight_map,
+        lambda: {"num_layers": 2},
+        {"num_layers": "size"},
+    ),
     # tokenizer and language model
     Spec("tokenizer.pretokenize", tokenizer.pretokenize, lambda: {"text": "a b"}, {"text": "text"}),
     Spec(
@@ -864,6 +894,7 @@ SPECS: list[Spec] = [
             "max_len": "size",
             "dropout": "probability",
         },
+        {"positions": [lambda kw: "rotary"], "activation": [lambda kw: "tanh"]},
     ),
     Spec(
         "DecoderOnlyTransformer.forward",
@@ -1014,6 +1045,8 @@ EXEMPT = {
     "quantize.Int8Tensor": "a dataclass of results",
     "tokenizer.BPETokenizer": "its train and encode have specs; it is built from train's merges",
     "lm.pydoc_split": "takes no arguments",
+    "tokenizer.gpt2_pattern": "takes no arguments",
+    "gpt2.load_safetensors": "one path; its errors on broken files are checked in test_gpt2",
     "model.table3_configs": "takes no arguments",
     "plotting.use_style": "takes no arguments",
     "plotting.show": "displays a figure; any matplotlib figure",
@@ -1046,6 +1079,7 @@ MODULES = [
     "quantize",
     "tokenizer",
     "lm",
+    "gpt2",
     "plotting",
 ]
 
