@@ -120,9 +120,24 @@ def _model_options(config: dict[str, Any], where: str) -> dict[str, Any]:
     model_type = config.get("model_type", "gpt2")
     if model_type != "gpt2":
         raise ValueError(f"{where}: model_type must be 'gpt2', got {model_type!r}")
-    for key in ("vocab_size", "n_embd", "n_head", "n_layer"):
-        if not isinstance(config.get(key), int):
-            raise ValueError(f"{where}: {key} must be an integer, got {config.get(key)!r}")
+    sizes = {
+        "vocab_size": config.get("vocab_size"),
+        "n_embd": config.get("n_embd"),
+        "n_head": config.get("n_head"),
+        "n_layer": config.get("n_layer"),
+        "n_positions": config.get("n_positions", config.get("max_position_embeddings", 1024)),
+        "n_inner": config.get("n_inner"),  # None: 4 n_embd
+    }
+    if sizes["n_inner"] is None and isinstance(sizes["n_embd"], int):
+        sizes["n_inner"] = 4 * sizes["n_embd"]
+    for key, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if sizes["n_embd"] % sizes["n_head"]:
+        raise ValueError(f"{where}: n_head={sizes['n_head']} must divide n_embd={sizes['n_embd']}")
+    eps = config.get("layer_norm_epsilon", 1e-5)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
+        raise ValueError(f"{where}: layer_norm_epsilon must be in (0, 1), got {eps!r}")
     unsupported = {
         "scale_attn_weights": (True, "scores not divided by sqrt(d_k)"),
         "scale_attn_by_inverse_layer_idx": (False, "scores divided by the layer's index"),
@@ -137,15 +152,13 @@ def _model_options(config: dict[str, Any], where: str) -> dict[str, Any]:
             f"{where}: activation_function {activation!r} has no counterpart here "
             f"(known: {', '.join(_ACTIVATIONS)})"
         )
-    d_model = config["n_embd"]
-    inner = config.get("n_inner")
     return {
-        "vocab_size": config["vocab_size"],
-        "d_model": d_model,
-        "num_heads": config["n_head"],
-        "num_layers": config["n_layer"],
-        "d_ff": 4 * d_model if inner is None else inner,
-        "max_len": config.get("n_positions", config.get("max_position_embeddings", 1024)),
+        "vocab_size": sizes["vocab_size"],
+        "d_model": sizes["n_embd"],
+        "num_heads": sizes["n_head"],
+        "num_layers": sizes["n_layer"],
+        "d_ff": sizes["n_inner"],
+        "max_len": sizes["n_positions"],
         "dropout": config.get("resid_pdrop", 0.1),
         "tie_embeddings": config.get("tie_word_embeddings", True),
         "norm_first": True,
@@ -255,9 +268,12 @@ def from_hf_gpt2(
             f"missing {missing[:4]}{' ...' if len(missing) > 4 else ''}, "
             f"unexpected {unexpected[:4]}{' ...' if len(unexpected) > 4 else ''}"
         )
+    for key in names:
+        value = state[key]
+        if not isinstance(value, Tensor) or not value.is_floating_point():
+            kind = value.dtype if isinstance(value, Tensor) else type(value).__name__
+            raise TypeError(f"{where}: {key} must be a floating-point tensor, got {kind}")
     wte = state["wte.weight"]
-    if not wte.is_floating_point():
-        raise TypeError(f"{where}: wte.weight must be floating point, got {wte.dtype}")
     model = DecoderOnlyTransformer(**options)
     model.to(device=wte.device, dtype=wte.dtype)
     eps = config_dict.get("layer_norm_epsilon", 1e-5)

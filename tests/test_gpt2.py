@@ -163,7 +163,12 @@ def test_refuses_what_it_cannot_express() -> None:
         ("scale_attn_weights", False, r"not divided by sqrt\(d_k\)"),
         ("add_cross_attention", True, "cross-attention"),
         ("activation_function", "swish", "activation_function 'swish'"),
-        ("n_head", None, "n_head must be an integer"),
+        ("n_head", None, "n_head must be a positive integer"),
+        ("n_layer", True, "n_layer must be a positive integer, got True"),
+        ("n_positions", 0, "n_positions must be a positive integer"),
+        ("n_inner", 2.5, "n_inner must be a positive integer"),
+        ("n_head", 5, "n_head=5 must divide n_embd=32"),
+        ("layer_norm_epsilon", -1.0, r"layer_norm_epsilon must be in \(0, 1\)"),
     ]:
         with pytest.raises(ValueError, match=words):
             from_hf_gpt2(state, config={**config, key: value})
@@ -178,6 +183,9 @@ def test_refuses_what_it_cannot_express() -> None:
         ValueError, match=r"h.0.mlp.c_fc.weight has shape \(128, 32\), the config needs \(32, 128\)"
     ):
         from_hf_gpt2(bad, config=config)
+    ints = {**state, "transformer.h.0.ln_1.weight": torch.ones(32, dtype=torch.long)}
+    with pytest.raises(TypeError, match="h.0.ln_1.weight must be a floating-point tensor"):
+        from_hf_gpt2(ints, config=config)
     with pytest.raises(TypeError, match="config is required"):
         from_hf_gpt2(state)
     with pytest.raises(TypeError, match="source must be"):
