@@ -72,9 +72,9 @@ def _check_stream(name: str, x: Tensor, d_model: int, what: str) -> None:
 
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
-"""The feed-forward activations: ``"relu"`` (the paper), ``"gelu"`` (exact, with the normal
-CDF) and ``"gelu_tanh"`` (GELU's tanh approximation, which GPT-2 uses; ``transformers`` calls it
-``gelu_new``)."""
+"""The names of the feed-forward activations. ``"relu"`` is the paper's, ``"gelu"`` the exact
+GELU (with the normal CDF), ``"gelu_tanh"`` GELU's tanh approximation, which GPT-2 uses
+(``transformers`` calls it ``gelu_new``)."""
 
 
 def _activation(name: str, value: object) -> str:

@@ -135,7 +135,7 @@ def _category_classes(majors: str) -> dict[str, str]:
 @functools.cache
 def gpt2_pattern() -> re.Pattern[str]:
     """:data:`GPT2_SPLIT` for Python's ``re``: ``\\p{L}`` and ``\\p{N}`` spelled out from
-    :mod:`unicodedata` and ``\\s`` as Unicode's White_Space. Built on first use (a fraction of
+    ``unicodedata`` and ``\\s`` as Unicode's White_Space. Built on first use (a fraction of
     a second), then kept."""
     classes = _category_classes("LN")
     letters, numbers = classes["L"], classes["N"]
