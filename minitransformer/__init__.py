@@ -10,6 +10,7 @@ chapter (the chapter "Where next" has the full map):
   parameter breakdown;
 * :mod:`minitransformer.data`, :mod:`minitransformer.training`, :mod:`minitransformer.decoding`:
   toy tasks, the paper's training recipe, greedy and beam decoding, sampling;
+  :mod:`minitransformer.translation`: English to German number, date and amount expressions;
 * :mod:`minitransformer.ablation` and :mod:`minitransformer.stats`: the paper's Table 3 at toy
   scale (the recipe as data, one training run, the stored seed study), and Welch's and the
   paired t-test;

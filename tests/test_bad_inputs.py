@@ -17,6 +17,7 @@ without a spec (or a stated reason to have none) fails it.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import importlib
 import math
@@ -48,6 +49,7 @@ from minitransformer import (  # noqa: E402
     quantize,
     tokenizer,
     training,
+    translation,
 )
 
 # -- the bad values of each category, and the error each must raise -------------------------
@@ -851,6 +853,62 @@ SPECS: list[Spec] = [
         lambda: {"num_layers": 2},
         {"num_layers": "size"},
     ),
+    # the translation data
+    Spec(
+        "translation.number_text",
+        translation.number_text,
+        lambda: {"n": 23, "lang": "de"},
+        {"n": "count"},
+        {"lang": [lambda kw: "it"]},
+    ),
+    Spec(
+        "translation.date_text",
+        translation.date_text,
+        lambda: {"day": datetime.date(2021, 3, 1), "lang": "de"},
+        {},
+        {"fmt": [lambda kw: "short"], "lang": [lambda kw: "xx"]},
+    ),
+    Spec(
+        "translation.amount_text",
+        translation.amount_text,
+        lambda: {"cents": 250},
+        {"cents": "size"},
+    ),
+    Spec(
+        "translation.split_of",
+        translation.split_of,
+        lambda: {"kind": "number", "value": 5},
+        {},
+        {"kind": [lambda kw: "word"]},
+    ),
+    Spec(
+        "translation.domain",
+        translation.domain,
+        lambda: {"kind": "amount", "split": "test"},
+        {},
+        {"kind": [lambda kw: "word"], "split": [lambda kw: "dev"]},
+    ),
+    Spec(
+        "translation.translation_pairs",
+        translation.translation_pairs,
+        lambda: {"n": 3, "split": "test", "seed": 0},
+        {"n": "size"},
+        {"split": [lambda kw: "dev"], "kinds": [lambda kw: ["word"]]},
+    ),
+    Spec(
+        "translation.CharVocab", translation.CharVocab, lambda: {"texts": ["ab"]}, {"texts": "text"}
+    ),
+    Spec(
+        "translation.make_translation_batch",
+        translation.make_translation_batch,
+        lambda: {
+            "pairs": [("ab", "ba")],
+            "src_vocab": translation.CharVocab(["ab"]),
+            "tgt_vocab": translation.CharVocab(["ab"]),
+        },
+        {},
+        {"pairs": [lambda kw: []]},
+    ),
     # tokenizer and language model
     Spec("tokenizer.pretokenize", tokenizer.pretokenize, lambda: {"text": "a b"}, {"text": "text"}),
     Spec(
@@ -1080,6 +1138,7 @@ MODULES = [
     "tokenizer",
     "lm",
     "gpt2",
+    "translation",
     "plotting",
 ]
 
