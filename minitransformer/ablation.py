@@ -133,7 +133,7 @@ STUDY_RECIPE = TRAINING_RECIPE.shortened(steps=200, batch_size=64)
 of its sequences), with the same warm-up, scale and clipping and the decay over the last 160."""
 
 FIXED_SIZE, FIXED_STEPS = 250, 1200
-"""Row (D) on fixed data: a set of 250 sequences, sampled into batches for 1200 updates."""
+"""Row (D) on fixed data, a set of 250 sequences sampled into batches for 1200 updates."""
 
 SETTINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("base", "base", {}),

@@ -64,7 +64,7 @@ class Batch(NamedTuple):
 
     @property
     def tgt(self) -> Tensor:
-        """The whole target ``(B, L + 2)``: ``BOS, y_1 .. y_n, EOS, PAD ...``; ``tgt[:, 1:]`` is
+        """The whole target ``(B, L + 2)``, ``BOS, y_1 .. y_n, EOS, PAD ...``; ``tgt[:, 1:]`` is
         ``tgt_out``, and ``tgt[:, :-1]`` is ``tgt_in`` except that shorter rows show their EOS
         where ``tgt_in`` has PAD (a position whose label is PAD, so the loss is the same)."""
         return torch.cat([self.tgt_in[:, :1], self.tgt_out], dim=1)

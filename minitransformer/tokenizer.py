@@ -428,7 +428,7 @@ class BPETokenizer:
 
     @property
     def eos_id(self) -> int:
-        """The id of :data:`ENDOFTEXT` (``"<|endoftext|>"``): end of a document."""
+        """The id of :data:`ENDOFTEXT` (``"<|endoftext|>"``), which ends a document."""
         return self._special_id(ENDOFTEXT)
 
     def _bytes_to_ids(self, data: bytes) -> list[int]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import itertools
 import json
 import pathlib
 import re
@@ -464,3 +466,42 @@ def test_where_next_recap_lists_every_package_module():
     modules += [p.name for p in package.iterdir() if (p / "__init__.py").exists()]
     missing = [m for m in modules if f"`minitransformer.{m}`" not in text]
     assert not missing, f"book/where_next.ipynb's recap does not mention: {missing}"
+
+
+def _attribute_docstrings(tree: ast.Module):
+    """``(line, first docstring line)`` of each documented constant (module or class level) and
+    each property: the docstrings napoleon parses as attributes."""
+    bodies = [tree.body] + [n.body for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for body in bodies:
+        for stmt, after in itertools.pairwise(body):
+            if (
+                isinstance(stmt, (ast.Assign, ast.AnnAssign))
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                yield after.lineno, after.value.value.strip().splitlines()[0]
+        for stmt in body:
+            if isinstance(stmt, ast.FunctionDef) and any(
+                isinstance(d, ast.Name) and d.id == "property" for d in stmt.decorator_list
+            ):
+                doc = ast.get_docstring(stmt)
+                if doc:
+                    yield stmt.lineno, doc.splitlines()[0]
+
+
+def test_attribute_docstrings_do_not_start_as_napoleon_types():
+    """napoleon reads an attribute docstring whose first line is ``words: more`` as
+    ``type: description``, and the nitpicky book build then fails on the "type" (twice so far:
+    ablation.LN_WARMUP, model.ACTIVATIONS). A part before the colon that is all code literals
+    is fine (it stays literal); plain words are not."""
+    napoleon = pytest.importorskip("sphinx.ext.napoleon.docstring")
+    config = pytest.importorskip("sphinx.ext.napoleon").Config()
+    parser = napoleon.GoogleDocstring("", config)
+    bad = []
+    for path in sorted((ROOT / "minitransformer").rglob("*.py")):
+        for line, first in _attribute_docstrings(ast.parse(path.read_text(encoding="utf-8"))):
+            kind, colon, rest = parser._partition_field_on_colon(first)
+            if colon and rest and re.sub(r"``[^`]*``|:\w+:`[^`]*`", "", kind).strip():
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {first!r}")
+    assert not bad, "docstrings napoleon would read as 'type: description':\n" + "\n".join(bad)
