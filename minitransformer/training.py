@@ -42,6 +42,7 @@ __all__ = [
     "TrainHistory",
     "train",
     "evaluate_loss",
+    "average_checkpoints",
     "exact_match",
     "sequence_accuracy",
     "Calibration",
@@ -647,6 +648,52 @@ def evaluate_loss(
 # --------------------------------------------------------------------------------------------
 # Exact-match accuracy
 # --------------------------------------------------------------------------------------------
+
+
+def average_checkpoints(states: Iterable[dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The parameter-by-parameter mean of ``states`` (``model.state_dict()`` copies), as the
+    paper decodes with the average of its last 5 checkpoints (section 6.1): load it with
+    ``model.load_state_dict``. Sums in float64, returned in each entry's dtype; the inputs are
+    not changed.
+
+    Raises:
+        ValueError: for no states, or states whose names or shapes differ (naming them).
+        TypeError: for an entry that is not a floating-point tensor (an integer buffer has no
+            mean).
+    """
+    states = list(states)
+    if not states:
+        raise ValueError("states must hold at least one state_dict")
+    for k, state in enumerate(states):
+        if not isinstance(state, dict):
+            raise TypeError(
+                f"states[{k}] must be a state_dict (a dict), got {type(state).__name__}"
+            )
+    names = list(states[0])
+    for k, state in enumerate(states):
+        if list(state) != names:
+            missing, extra = sorted(set(names) - set(state)), sorted(set(state) - set(names))
+            raise ValueError(
+                f"states[{k}] has other entries than states[0]: missing {missing}, extra {extra}"
+            )
+    average = {}
+    for name in names:
+        first = states[0][name]
+        for k, state in enumerate(states):
+            x = state[name]
+            if not (isinstance(x, Tensor) and x.is_floating_point()):
+                raise TypeError(
+                    f"states[{k}][{name!r}] must be a floating-point tensor, got "
+                    f"{getattr(x, 'dtype', type(x).__name__)}"
+                )
+            if x.shape != first.shape:
+                raise ValueError(
+                    f"states[{k}][{name!r}] has shape {tuple(x.shape)}, states[0]'s "
+                    f"{tuple(first.shape)}"
+                )
+        total = torch.stack([state[name].double() for state in states]).mean(0)
+        average[name] = total.to(first.dtype)
+    return average
 
 
 def _until_eos(row: list[int], eos_id: int, pad_id: int) -> list[int]:

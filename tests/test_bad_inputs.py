@@ -206,6 +206,20 @@ def small_model() -> model.Transformer:
 
 
 MODEL = small_model()
+# A translator that trains in a fraction of a second.
+TINY_RECIPE = translation.TranslatorRecipe(
+    steps=2,
+    batch_size=3,
+    vocab_size=262,
+    bpe_pairs=6,
+    d_model=8,
+    num_heads=2,
+    d_ff=16,
+    num_layers=1,
+    checkpoints=2,
+    checkpoint_every=1,
+    valid_pairs=3,
+)
 LM = lm.DecoderOnlyTransformer(
     V, d_model=D, num_heads=H, num_layers=1, d_ff=FF, max_len=12, dropout=0.0
 ).eval()
@@ -563,6 +577,19 @@ SPECS: list[Spec] = [
     Spec("data.strip_special", data.strip_special, lambda: {"row": [1, 5, 6, 2, 0]}, {}),
     # training
     Spec(
+        "training.average_checkpoints",
+        training.average_checkpoints,
+        lambda: {"states": [{"w": torch.ones(2)}, {"w": torch.zeros(2)}]},
+        {},
+        {
+            "states": [
+                lambda kw: [],
+                lambda kw: [{"w": torch.ones(2)}, {"v": torch.ones(2)}],
+                lambda kw: [{"w": torch.ones(2)}, {"w": torch.ones(3)}],
+            ]
+        },
+    ),
+    Spec(
         "training.noam_learning_rate",
         training.noam_learning_rate,
         lambda: {"step": 3, "d_model": 8, "warmup_steps": 4, "scale": 0.5},
@@ -909,6 +936,63 @@ SPECS: list[Spec] = [
         {},
         {"pairs": [lambda kw: []]},
     ),
+    Spec(
+        "translation.translation_tokenizer",
+        translation.translation_tokenizer,
+        lambda: {"pairs": [("twenty-three", "dreiundzwanzig")] * 3, "vocab_size": 265},
+        {"vocab_size": "size"},
+        {"pairs": [lambda kw: []], "vocab_size": [lambda kw: 10]},
+    ),
+    Spec(
+        "translation.translate",
+        translation.translate,
+        lambda: {
+            "model": MODEL,
+            "sources": ["abc", "ja"],
+            "tokenizer": translation.CharVocab(["abcdefghij"]),
+            "beam_size": 2,
+        },
+        {"model": "module", "beam_size": "size", "batch_size": "size", "length_penalty": "real"},
+    ),
+    Spec(
+        "translation.corpus_scores",
+        translation.corpus_scores,
+        lambda: {"hypotheses": ["ein Euro"], "references": ["ein Euro"]},
+        {},
+        {
+            "hypotheses": [lambda kw: []],
+            "references": [lambda kw: ["a", "b"]],
+        },
+    ),
+    Spec(
+        "translation.ngram_matches",
+        translation.ngram_matches,
+        lambda: {"hypothesis": ["a", "b"], "reference": ["a"], "n": 1},
+        {"n": "size"},
+    ),
+    Spec(
+        "translation.brevity_penalty",
+        translation.brevity_penalty,
+        lambda: {"hyp_len": 3, "ref_len": 4},
+        {"hyp_len": "count", "ref_len": "count"},
+    ),
+    Spec(
+        "translation.train_translator",
+        translation.train_translator,
+        lambda: {"recipe": TINY_RECIPE, "seed": 0, "progress": False},
+        {},
+    ),
+    Spec(
+        "translation.score_by_kind",
+        translation.score_by_kind,
+        lambda: {
+            "model": MODEL,
+            "tokenizer": translation.CharVocab(["abcdefghij"]),
+            "pairs": [("abc", "cba"), ("ab", "ba")],
+            "kinds": ["number", "date"],
+        },
+        {"model": "module", "beam_size": "size", "length_penalty": "real"},
+    ),
     # tokenizer and language model
     Spec("tokenizer.pretokenize", tokenizer.pretokenize, lambda: {"text": "a b"}, {"text": "text"}),
     Spec(
@@ -1092,6 +1176,10 @@ SPECS: list[Spec] = [
 
 # Public callables with no spec, and why.
 EXEMPT = {
+    "translation.TranslationScores": "a frozen dataclass of results",
+    "translation.TranslatorRecipe": "a frozen dataclass of settings, checked by train_translator",
+    "translation.Translator": "a dataclass of results",
+    "translation.load_study": "takes no arguments; its recipe check is in test_translation",
     "attention.Projection": "a view of a weight's rows, built by MultiHeadAttention",
     "attention.AttentionFlops": "a NamedTuple of results",
     "data.Batch": "a NamedTuple of results",

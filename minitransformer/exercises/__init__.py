@@ -82,6 +82,11 @@ from minitransformer.exercises.training import (
     check_smoothed_targets,
     check_teacher_forcing,
 )
+from minitransformer.exercises.translation import (
+    check_average_checkpoints,
+    check_brevity_penalty,
+    check_ngram_matches,
+)
 from minitransformer.exercises.warmup import check_softmax
 
 __all__ = [
@@ -116,6 +121,9 @@ __all__ = [
     "check_noam_learning_rate",
     "check_smoothed_targets",
     "check_teacher_forcing",
+    "check_brevity_penalty",
+    "check_ngram_matches",
+    "check_average_checkpoints",
     "check_implied_vocabulary",
     "check_welch_t",
     "check_verdict",
