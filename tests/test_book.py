@@ -288,6 +288,30 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import normalize_notebooks  # noqa: E402
 
 
+BARE_REF = re.compile(r"\{ref\}`(?P<label>[\w-]+)`")
+
+
+@pytest.mark.parametrize("chapter", toc_chapters())
+def test_references_to_other_pages_carry_their_text(chapter):
+    """A {ref} to a section of another page names its text, {ref}`text <label>`, which the
+    normaliser turns into a link JupyterLab can follow; a bare {ref}`label` of another page is
+    left as it is, and jupyterlab-myst shows it as "Cross Reference Not Found"."""
+    here = {
+        m["label"]
+        for cell in _cells(chapter)
+        if cell.cell_type == "markdown"
+        for m in normalize_notebooks.LABEL.finditer(cell.source)
+    }
+    for i, cell in enumerate(_cells(chapter)):
+        if cell.cell_type != "markdown":
+            continue
+        for m in BARE_REF.finditer(cell.source):
+            assert m["label"] in here, (
+                f"book/{chapter}.ipynb cell {i}: {m[0]} is a section of another page; write "
+                f"{{ref}}`its title <{m['label']}>`, which JupyterLab can follow"
+            )
+
+
 @pytest.mark.parametrize("chapter", toc_chapters())
 def test_notebooks_are_normalised(chapter):
     """The committed notebook is what scripts/normalize_notebooks.py makes of it: metadata as
