@@ -11,8 +11,8 @@ re-run only changes the cells whose output changed). Each markdown cell with inl
 expressions (``{eval}`name```) gets their values in its ``user_expressions`` metadata, in
 the format jupyterlab-myst writes when a learner runs the cell, so that a notebook opened
 in JupyterLab shows its numbers before it is run. The values are taken at the cell's place in
-the notebook, after the code cells above it ran: exactly what the HTML build
-(myst-nb, ``execute_notebooks: inline``) and a learner's Run All show there.
+the notebook, after the code cells above it ran: what a learner's Run All shows there, and
+what the HTML book, built from the stored outputs, shows.
 
 Progress bars (tqdm's ipywidgets) are not stored: a widget's saved view shows in JupyterLab
 only in a trusted notebook, and as raw text (``reverse task: 0%|...``) otherwise; a learner's

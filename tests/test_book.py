@@ -287,7 +287,6 @@ def test_api_links_name_real_objects(chapter):
 sys.path.insert(0, str(ROOT / "scripts"))
 import normalize_notebooks  # noqa: E402
 
-
 BARE_REF = re.compile(r"\{ref\}`(?P<label>[\w-]+)`")
 
 
@@ -469,10 +468,26 @@ def test_api_links_become_cross_references_for_the_html():
     assert cell.source == "See {py:obj}`split_heads <minitransformer.attention.split_heads>`."
 
 
-def test_hidden_cells_still_run_in_order_in_the_html():
-    cell = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["remove-cell", "other"]})
-    assert course_book.run_removed_cells(_nb(cell)) == 1
-    assert cell.metadata["tags"] == ["other", "remove-input", "remove-output"]
+def test_the_html_shows_the_stored_values_of_inline_expressions():
+    def result(text):
+        return {"data": {"text/plain": text}, "metadata": {}, "status": "ok"}
+
+    stored = [
+        {"expression": "acc_text", "result": result("'95.0 %'")},
+        {"expression": "names", "result": result("'`a`, `b`'")},
+        {"expression": "n", "result": result("3")},
+        {"expression": "bad", "result": {"status": "error", "ename": "NameError"}},
+    ]
+    cell = nbformat.v4.new_markdown_cell(
+        "{eval}`acc_text` of {eval}`n`: {eval}`names`, {eval}`bad`, {eval}`unknown`",
+        metadata={"user_expressions": stored},
+    )
+    assert course_book.use_stored_expressions(_nb(cell)) == 3
+    # Unknown or failed ones stay {eval}: with no kernel, the -W build fails on them.
+    assert cell.source == (
+        "{stored-eval}`95.0 %` of {stored-eval}`3`: {stored-eval}`` `a`, `b` ``, "
+        "{eval}`bad`, {eval}`unknown`"
+    )
 
 
 def test_inline_expressions_are_plain_names():

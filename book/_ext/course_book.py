@@ -34,11 +34,15 @@ Registered in ``_config.yml`` as myst-nb's reader for ``.ipynb`` files
 (``nb_custom_formats``).
 
 Numbers in the prose are inline expressions, ``{eval}`name```, where ``name`` is a variable
-(a string formatted at the precision the sentence uses) set by an earlier code cell. myst-nb
-evaluates them in the book's kernel (``execute_notebooks: inline``); jupyterlab-myst shows the
-results stored in each markdown cell's ``user_expressions`` metadata and re-evaluates them when
-the cell is run. :func:`expressions_in` finds them; ``scripts/run_notebooks.py`` records their
-values and the nbval plugin in ``conftest.py`` checks them.
+(a string formatted at the precision the sentence uses) set by an earlier code cell.
+``scripts/run_notebooks.py`` records their values in each markdown cell's ``user_expressions``
+metadata, where jupyterlab-myst shows them (and re-evaluates them when the cell is run), and
+the nbval plugin in ``conftest.py`` checks them against a fresh run. The HTML book is built
+from what is stored (``execute_notebooks: off``), as JupyterLab opens it: the same outputs and
+the same numbers for both readers, and a build that takes a minute, not one run of every
+chapter. :func:`use_stored_expressions` turns each ``{eval}`name``` into the role
+``{stored-eval}`` holding the stored value, rendered as myst-nb renders an evaluated string.
+:func:`expressions_in` finds them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from __future__ import annotations
 import re
 
 import nbformat
+from docutils import nodes
 
 # A colon-fenced figure directive with no argument (no image): options, a blank line, the caption.
 CAPTION_CELL = re.compile(
@@ -304,34 +309,67 @@ def convert_document_links(nb: nbformat.NotebookNode) -> int:
     return count
 
 
-def run_removed_cells(nb: nbformat.NotebookNode) -> int:
-    """Re-tag hidden code cells so that inline execution runs them in order (module docstring).
-    Returns the number of cells re-tagged."""
+# A Python string's repr, whose quotes myst-nb strips from an evaluated text/plain value.
+QUOTED = re.compile(r"""^(".*"|'.*')$""", re.S)
+
+
+def stored_value(result: dict) -> str | None:
+    """The text an inline expression's stored result shows (its ``text/plain``, a string's
+    quotes stripped, as myst-nb's ``{eval}`` shows it), or None if nothing usable is stored."""
+    text = result.get("data", {}).get("text/plain")
+    if result.get("status") != "ok" or not isinstance(text, str):
+        return None
+    return text[1:-1] if QUOTED.match(text) else text
+
+
+def use_stored_expressions(nb: nbformat.NotebookNode) -> int:
+    """Replace each ``{eval}`name``` of a markdown cell by ``{stored-eval}`value```, the value
+    recorded in the cell's ``user_expressions``, delimited by more backticks than it holds.
+    An expression with no stored value is left as it is: myst-nb, with no kernel, warns, and
+    the ``-W`` build fails until the chapter is recorded. Returns the number replaced."""
     count = 0
     for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if cell.cell_type == "code" and ("remove-cell" in tags or "remove_cell" in tags):
-            kept = [tag for tag in tags if tag not in ("remove-cell", "remove_cell")]
-            cell.metadata["tags"] = kept + ["remove-input", "remove-output"]
+        if cell.cell_type != "markdown" or "{eval}" not in cell.source:
+            continue
+        stored = {
+            item.get("expression"): stored_value(item.get("result", {}))
+            for item in cell.metadata.get("user_expressions", [])
+        }
+
+        def role(m: re.Match[str], stored: dict = stored) -> str:
+            nonlocal count
+            value = stored.get(m[1])
+            if value is None:
+                return m[0]
             count += 1
+            fence = "`" * (max((len(run) for run in re.findall("`+", value)), default=0) + 1)
+            pad = " " if value.startswith("`") or value.endswith("`") else ""
+            return f"{{stored-eval}}{fence}{pad}{value}{pad}{fence}"
+
+        cell.source = EVAL_ROLE.sub(role, cell.source)
     return count
 
 
+def stored_eval_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{stored-eval}`value```: the value as myst-nb renders an evaluated ``text/plain``."""
+    return [nodes.inline(rawtext, text, classes=["output", "text_plain"])], []
+
+
 def read_notebook(text: str, path: str = "<notebook>") -> nbformat.NotebookNode:
-    """myst-nb's reader for the book's ``.ipynb`` files: nbformat, then the captions moved, the
-    solutions gated, the citations and API links turned into roles and the hidden code cells
-    made to run in order."""
+    """myst-nb's reader for the book's ``.ipynb`` files: nbformat, then the inline expressions
+    given their stored values, the captions moved, the solutions gated, and the citations and
+    API links turned into roles."""
     nb = nbformat.reads(text, as_version=4)
+    use_stored_expressions(nb)  # first: a caption cell's values go with it into a figure
     attach_figure_captions(nb, path)
     gate_solutions(nb, path)
     convert_document_links(nb)
     convert_citations(nb)
     convert_api_links(nb)
-    run_removed_cells(nb)
     return nb
 
 
 def setup(app):
-    """Nothing to register: the extension only makes this module importable for
-    ``nb_custom_formats``."""
+    """The ``{stored-eval}`` role; the reader itself is named in ``nb_custom_formats``."""
+    app.add_role("stored-eval", stored_eval_role)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
