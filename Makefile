@@ -116,9 +116,11 @@ check-html: $(STAMP) chromium
 	@test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python tests/html/check_html.py _build/html --screenshots _build/screenshots
 
-# Every chapter, or some: make check-lab CHAPTERS="warmup attention".
+# Every chapter, or some: make check-lab CHAPTERS="warmup attention". Two JupyterLabs at once
+# (every other chapter to each): a chapter spends about half its time waiting on the browser.
+LAB_JOBS ?= 2
 check-lab: $(STAMP) chromium
-	$(BIN)/python tests/lab/check_lab.py --screenshots _build/lab-screenshots $(foreach c,$(CHAPTERS),--chapter $(c))
+	$(BIN)/python tests/lab/check_lab.py --jobs $(LAB_JOBS) --screenshots _build/lab-screenshots $(foreach c,$(CHAPTERS),--chapter $(c))
 
 # Jupyter refuses to start as root unless told; containers and CI machines often run as root.
 LAB_FLAGS := --ip=127.0.0.1 $(if $(filter 0,$(shell id -u)),--allow-root)

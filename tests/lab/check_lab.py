@@ -3,7 +3,7 @@
 
 Usage (from the repository root; `make check-lab` runs exactly this):
 
-    .venv/bin/python tests/lab/check_lab.py --screenshots _build/lab-screenshots
+    .venv/bin/python tests/lab/check_lab.py --jobs 2 --screenshots _build/lab-screenshots
 
 The script copies `book/` to a temporary folder (so that nothing it runs or types can be saved
 over the committed notebooks), starts JupyterLab from this virtual environment on 127.0.0.1 (a
@@ -56,6 +56,9 @@ Screenshots: JupyterLab scrolls inside the notebook panel, not the page, so a fu
 screenshot would show one screen. The window is a tall 1280 x 2400 px, and the notebook panel
 is scrolled a panel's height at a time, one screenshot each:
 SCREENSHOTS/<chapter>-before-01.png, ...-after-01.png, ..., and <chapter>-hint.png for the hint.
+
+With `--jobs N` it runs N such JupyterLabs and browsers at once, in processes of their own, each
+with every N-th chapter; the book-wide checks below see all their findings.
 
 It prints one line per chapter, then every failure, and exits 1 if anything failed (2 for a
 usage problem: no Chromium, no toc, JupyterLab does not start). A check that finds nothing to
@@ -1040,6 +1043,110 @@ def benign(message: str, seen: set[str]) -> bool:
 # --------------------------------------------------------------------------------------
 
 
+def check_chapters(chapters: list[str], book: Path, args: argparse.Namespace) -> dict | None:
+    """Check ``chapters`` in one JupyterLab and one browser, printing a line per chapter.
+    Returns what the book-wide checks need (see :func:`main`), or None if JupyterLab did not
+    start."""
+    from playwright.sync_api import sync_playwright
+
+    results: list[PageResult] = []
+    blocked: dict[str, set[str]] = {}
+    known: set[str] = set()
+    clicked: set[str] = set()  # the kinds of link clicked so far (click_links)
+    try:
+        lab = Lab(book, args.timeout).__enter__()
+    except RuntimeError as exc:
+        print(f"check_lab: {exc}")
+        return None
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=args.chromium, headless=True, args=CHROMIUM_ARGS
+            )
+            context = browser.new_context(
+                viewport=VIEWPORT, device_scale_factor=1, service_workers="block"
+            )
+            current = {"page": ""}
+            context.route("**/*", local_only(lab.origin, blocked, current))
+            print(
+                f"check_lab: {len(chapters)} chapters in JupyterLab at {lab.origin} "
+                f"(a copy of {book}), "
+                f"Chromium {browser.version}, network blocked",
+                flush=True,
+            )
+            for docname in chapters:
+                current["page"] = docname
+                t_chapter = time.perf_counter()
+                r = check_chapter(
+                    context, lab, docname, book, args.screenshots, args, known, clicked
+                )
+                results.append(r)
+                s = r.stats
+                run = f"{s['run_s']:.1f} s" if "run_s" in s else "-"
+                print(
+                    f"  {'PASS' if not r.failures else 'FAIL'}  {docname:<22} "
+                    f"figures {s.get('figures', 0):>2} "
+                    f"(images {s.get('images_before', '-')}/{s.get('images_after', '-')})  "
+                    f"numbers {s.get('values', 0):>2}  exercises {s.get('exercises', 0)}  "
+                    f"solutions {s.get('solutions', 0)}  expected errors {s.get('raises', 0)}  "
+                    + (f"hint {s['hint']}  " if "hint" in s else "")
+                    + f"save {s.get('save', '-')}  "
+                    + (f"links clicked {','.join(s['links'])}  " if s.get("links") else "")
+                    + f"run all {run}  ({time.perf_counter() - t_chapter:.0f} s in all)",
+                    flush=True,
+                )
+            context.close()
+            browser.close()
+    finally:
+        log = lab.log_tail()
+        lab.__exit__()
+    return {
+        "results": [{"path": r.path, "failures": r.failures, "stats": r.stats} for r in results],
+        "blocked": {url: sorted(where) for url, where in blocked.items()},
+        "known": sorted(known),
+        "clicked": sorted(clicked),
+        "log": log,
+    }
+
+
+def check_in_parallel(chapters: list[str], args: argparse.Namespace) -> dict | None:
+    """:func:`check_chapters` in ``args.jobs`` processes at once, each with its own JupyterLab
+    and browser and every ``jobs``-th chapter in reading order; their findings merged."""
+    jobs = min(args.jobs, len(chapters))
+    with tempfile.TemporaryDirectory(prefix="check-lab-") as tmp:
+        procs = []
+        for k in range(jobs):
+            command = [sys.executable, __file__, "--toc", str(args.toc), "--shard", str(k)]
+            command += ["--jobs", str(jobs), "--json", f"{tmp}/{k}.json"]
+            command += ["--chromium", args.chromium, "--timeout", str(args.timeout)]
+            command += ["--run-timeout", str(args.run_timeout)]
+            command += ["--screenshots", str(args.screenshots)] if args.screenshots else []
+            for chapter in chapters[k::jobs]:
+                command += ["--chapter", chapter]
+            procs.append(subprocess.Popen(command))
+        codes = [proc.wait() for proc in procs]
+        parts = []
+        for k, code in enumerate(codes):
+            path = Path(tmp, f"{k}.json")
+            if code != 0 or not path.is_file():
+                print(f"check_lab: the check of {chapters[k::jobs]} ended with status {code}")
+                return None
+            parts.append(json.loads(path.read_text()))
+    order = {c: i for i, c in enumerate(chapters)}
+    return {
+        "results": sorted(
+            (r for part in parts for r in part["results"]), key=lambda r: order[r["path"]]
+        ),
+        "blocked": {
+            url: sorted({w for part in parts for w in part["blocked"].get(url, [])})
+            for url in {url for part in parts for url in part["blocked"]}
+        },
+        "known": sorted({k for part in parts for k in part["known"]}),
+        "clicked": sorted({c for part in parts for c in part["clicked"]}),
+        "log": "\n".join(part["log"] for part in parts),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -1054,6 +1161,16 @@ def main(argv: list[str] | None = None) -> int:
         help="check only chapters whose name contains this (repeatable); "
         "skips the book-wide minimum counts",
     )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="check the chapters in this many JupyterLabs at once (default 1): a chapter "
+        "mostly waits on the browser or on its kernel, so 2 on 2 cores save about a third",
+    )
+    # One of --jobs' processes: its index, and where it writes its findings for the parent.
+    ap.add_argument("--shard", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--json", type=Path, help=argparse.SUPPRESS)
     ap.add_argument(
         "--timeout",
         type=float,
@@ -1089,75 +1206,39 @@ def main(argv: list[str] | None = None) -> int:
             + (f" match {args.chapter}" if args.chapter else "")
         )
         return 2
-    chromium = find_chromium(args.chromium)
-    if chromium is None:
+    args.chromium = find_chromium(args.chromium)
+    if args.chromium is None:
         print("check_lab: no Chromium found: apt-get install chromium (or pass --chromium).")
         return 2
-    from playwright.sync_api import sync_playwright
+    if args.shard is not None:  # one of --jobs' processes: the parent reports
+        found = check_chapters(chapters, book, args)
+        if found is None:
+            return 2
+        args.json.write_text(json.dumps(found))
+        return 0
 
     shots = args.screenshots
     empty_folder(shots)
-
     t0 = time.perf_counter()
-    results: list[PageResult] = []
-    blocked: dict[str, set[str]] = {}
-    known: set[str] = set()
-    clicked: set[str] = set()  # the kinds of link clicked so far (click_links)
-    try:
-        lab = Lab(book, args.timeout).__enter__()
-    except RuntimeError as exc:
-        print(f"check_lab: {exc}")
+    if args.jobs > 1:
+        found = check_in_parallel(chapters, args)
+    else:
+        found = check_chapters(chapters, book, args)
+    if found is None:
         return 2
-    try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(
-                executable_path=chromium, headless=True, args=CHROMIUM_ARGS
-            )
-            context = browser.new_context(
-                viewport=VIEWPORT, device_scale_factor=1, service_workers="block"
-            )
-            current = {"page": ""}
-            context.route("**/*", local_only(lab.origin, blocked, current))
-            print(
-                f"check_lab: {len(chapters)} chapters in JupyterLab at {lab.origin} "
-                f"(a copy of {book}), "
-                f"Chromium {browser.version}, network blocked"
-            )
-            for docname in chapters:
-                current["page"] = docname
-                t_chapter = time.perf_counter()
-                r = check_chapter(context, lab, docname, book, shots, args, known, clicked)
-                results.append(r)
-                s = r.stats
-                run = f"{s['run_s']:.1f} s" if "run_s" in s else "-"
-                print(
-                    f"  {'PASS' if not r.failures else 'FAIL'}  {docname:<22} "
-                    f"figures {s.get('figures', 0):>2} "
-                    f"(images {s.get('images_before', '-')}/{s.get('images_after', '-')})  "
-                    f"numbers {s.get('values', 0):>2}  exercises {s.get('exercises', 0)}  "
-                    f"solutions {s.get('solutions', 0)}  expected errors {s.get('raises', 0)}  "
-                    + (f"hint {s['hint']}  " if "hint" in s else "")
-                    + f"save {s.get('save', '-')}  "
-                    + (f"links clicked {','.join(s['links'])}  " if s.get("links") else "")
-                    + f"run all {run}  ({time.perf_counter() - t_chapter:.0f} s in all)",
-                    flush=True,
-                )
-            context.close()
-            browser.close()
-    finally:
-        log = lab.log_tail()
-        lab.__exit__()
+    results = [PageResult(r["path"], r["failures"], stats=r["stats"]) for r in found["results"]]
+    clicked = set(found["clicked"])
 
     book_failures = [
-        f"request to the network blocked: {url} (from {', '.join(sorted(where))})"
-        for url, where in sorted(blocked.items())
+        f"request to the network blocked: {url} (from {', '.join(where)})"
+        for url, where in sorted(found["blocked"].items())
     ]
     if not args.chapter:
         for what in ("figures", "values", "exercises", "solutions"):
-            found, least = sum(r.stats.get(what, 0) for r in results), getattr(args, f"min_{what}")
-            if found < least:
+            total, least = sum(r.stats.get(what, 0) for r in results), getattr(args, f"min_{what}")
+            if total < least:
                 book_failures.append(
-                    f"found {found} {what} in the whole book, expected at least {least}: "
+                    f"found {total} {what} in the whole book, expected at least {least}: "
                     "is the check still finding them?"
                 )
     if not args.chapter and set(LINK_KINDS) - clicked:
@@ -1167,15 +1248,16 @@ def main(argv: list[str] | None = None) -> int:
     trial = next((r for r in results if r.path == TRIAL_CHAPTER), None)
     if trial is not None and "hint" not in trial.stats:
         book_failures.append(f"the wrong answer was not tried in {TRIAL_CHAPTER}")
-    for why in sorted(known):
+    for why in found["known"]:
         print(f"check_lab: ignored known harmless messages: {why}")
     print(
         f"check_lab: {len(results)} chapters in {time.perf_counter() - t0:.1f} s"
+        + (f" ({args.jobs} at once)" if args.jobs > 1 else "")
         + (f"; screenshots in {shots}" if shots else "")
     )
     status = report("check_lab", "chapters", results, book_failures)
     if any("could not check" in f or "did not open" in f for r in results for f in r.failures):
-        print(f"\nJupyterLab's log ends:\n{log}")
+        print(f"\nJupyterLab's log ends:\n{found['log']}")
     return status
 
 
