@@ -27,10 +27,9 @@ replacement, deterministically from a seed.
 
 **Tokenisation.** Two that the course teaches. :func:`translation_tokenizer` learns one
 byte-level BPE (the lm chapter's :class:`~minitransformer.tokenizer.BPETokenizer`) from both
-sides of the training pairs, a shared vocabulary as in the paper: with 500 tokens it cuts
-"dreiundzwanzig" into "dreiund" + "zwanzig" and "twenty-three" into "twenty" + "-" +
-"three", so a sentence is about 8 tokens instead of 45 characters, which is what lets the
-chapter "A real translation" train in a minute. :class:`CharVocab` keeps one token per
+sides of the training pairs, a shared vocabulary as in the paper: with 500 tokens a sentence
+comes out about 4 times shorter in tokens than in characters (the chapter "A real
+translation" shows the pieces), which is what lets that chapter train in under a minute. :class:`CharVocab` keeps one token per
 character, the simplest choice, and the one that needs no training.
 
 :func:`translate` decodes English sentences with a trained model, greedily or with beam
