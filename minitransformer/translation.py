@@ -29,8 +29,9 @@ replacement, deterministically from a seed.
 byte-level BPE (the lm chapter's :class:`~minitransformer.tokenizer.BPETokenizer`) from both
 sides of the training pairs, a shared vocabulary as in the paper: with 500 tokens a sentence
 comes out about 4 times shorter in tokens than in characters (the chapter "A real
-translation" shows the pieces), which is what lets that chapter train in under a minute. :class:`CharVocab` keeps one token per
-character, the simplest choice, and the one that needs no training.
+translation" shows the pieces), which is what lets that chapter train in under a minute.
+:class:`CharVocab` keeps one token per character, the simplest choice, and the one that needs
+no training.
 
 :func:`translate` decodes English sentences with a trained model, greedily or with beam
 search, and :func:`corpus_scores` scores them with ``sacrebleu`` (BLEU and chrF, with their
