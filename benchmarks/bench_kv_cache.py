@@ -54,6 +54,21 @@ Where a step's time goes beyond the floor (one thread, measured on the shared 2-
   as much: a step made of these PyTorch calls measures ~1.6-1.7x here, like the coordinator's
   hand-written prototype (1.58-1.65x). Going lower means fewer operator calls per step
   (fused kernels: add + LayerNorm, QKV + attention), which plain PyTorch on CPU does not offer.
+* On a second machine (AMD EPYC, 32 MB L3; 3 rounds) the floor is faster (0.46-0.52 ms) and
+  the step measures 1.81-2.06x. There the small operators are cheap (a LayerNorm ~2 us, an
+  add ~1 us, an attention kernel 5-25 us from 32 to 512 keys; 123 operator calls per step,
+  views included) and the products themselves run slower inside a step than back to back:
+  ~21 us each under torch.profiler against ~13 us in the floor. Interleaving each floor
+  product with one attention kernel adds 50-200 us beyond the two parts' own times, one
+  LayerNorm adds nothing, and attention written as matmul, softmax, matmul is slower still.
+  Cutting the ~40 cheap calls of a step (in-place adds, the cache's slices) could save ~15 us.
+* ``torch.compile`` (inductor, gcc 12, one thread, same machine), measured but not adopted:
+  the fast path's layer loop compiled as it is (dynamic shapes; 2 graphs, ~14 s to compile)
+  measures 1.82-1.83x against 1.92-1.95x eager at 128 tokens. A separate step function over
+  a fixed 64-position cache with a mask (static shapes) reaches 1.60-1.64x with
+  ``cpp_wrapper`` (1.78-1.89x without; eager 2.0-2.2x; 11-17 s to compile cold): the only
+  route seen toward 1.5x, at the price of a second copy of the step, attention over the
+  whole preallocated cache, and a C++ compiler on the learner's machine.
 
 What the step path avoids: module calls and their attribute look-ups, per-layer checks (the
 first layer's are run for all), the head transposes (views at one query row), masks (built
