@@ -390,13 +390,15 @@ def line_plot(
     legend: bool | str = True,
     xlim: tuple[float | None, float | None] | None = None,
     ylim: tuple[float | None, float | None] | None = None,
+    xticks: Iterable[float] | None = None,
 ) -> list[Line2D]:
     """Curves on ``ax``: ``series`` maps each label to its y values over ``x``.
 
     Colours follow :data:`COLORS` in order. A value may also be a dict with the data under
     ``"y"``, optionally its own ``"x"``, and matplotlib keyword arguments (``{"y": ys,
-    "linestyle": "--"}``). A label starting with ``_`` stays out of the legend. Returns the
-    lines.
+    "linestyle": "--"}``). A label starting with ``_`` stays out of the legend. ``xticks``
+    puts the ticks at these values (``x`` itself, say, where a log axis would label 256 for a
+    point at 258). Returns the lines.
     """
     if not isinstance(series, Mapping):
         raise TypeError(f"series must be a dict label -> values, got {type(series).__name__}")
@@ -428,6 +430,7 @@ def line_plot(
         ylabel=ylabel,
         xlim=xlim,
         ylim=ylim,
+        xticks=xticks,
         logx=logx,
         logy=logy,
         legend=legend,

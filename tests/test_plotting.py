@@ -144,6 +144,17 @@ def test_line_plot_with_own_x_limits_and_legend_place() -> None:
     plt.close(fig)
 
 
+def test_line_plot_ticks_at_the_points_of_a_log_axis() -> None:
+    # A log axis labels powers of two: a first point at V = 258 sat on a tick "256".
+    fig, ax = plotting.figure()
+    sizes = [258, 512, 1024, 4096]
+    plotting.line_plot(ax, sizes, {"a": [1.0, 0.5, 0.3, 0.2]}, logx=True, xticks=sizes)
+    fig.canvas.draw()
+    assert list(ax.get_xticks()) == sizes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["258", "512", "1024", "4096"]
+    plt.close(fig)
+
+
 def test_reference_line_bar_scatter_seeds_annotate() -> None:
     fig, (ax1, ax2, ax3) = plotting.figure(ncols=3, width=9)
     line = plotting.reference_line(ax1, y=0.25, label="chance", text="chance level")
