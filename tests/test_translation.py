@@ -65,6 +65,23 @@ def test_pairs_are_deterministic_disjoint_and_mixed():
     assert any(" " in t for _, t in test)  # multi-word targets, for BLEU
 
 
+def test_french_is_the_same_draw_in_another_language():
+    # The target language changes the targets only: the same sources, split and order.
+    german = translation_pairs(300, split="test", seed=4)
+    french = translation_pairs(300, split="test", seed=4, lang="fr")
+    assert [s for s, _ in french] == [s for s, _ in german]
+    assert french == translation_pairs(300, split="test", seed=4, lang="fr")
+    assert {t for _, t in french}.isdisjoint({t for _, t in german})
+    # French spells large numbers in several words, so BLEU sees n-grams in them too.
+    assert number_text(1984, "fr") == "mille neuf cent quatre-vingt-quatre"
+    assert number_text(80, "fr") == "quatre-vingts" and number_text(81, "fr") == "quatre-vingt-un"
+    assert amount_text(101, "fr") == "un euro et un centime"  # singular
+    assert amount_text(2350, "fr") == "vingt-trois euros et cinquante centimes"
+    assert date_text(datetime.date(2021, 3, 1), "fr") == "lundi 1 mars 2021"
+    numbers = [t for _, t in french[0::3]]
+    assert sum(" " in t for t in numbers) > 0.9 * len(numbers)
+
+
 def test_asking_for_more_pairs_than_a_split_holds_is_refused():
     size = len(domain("number", "test"))
     with pytest.raises(ValueError, match=f"the test split has {size:,}"):
