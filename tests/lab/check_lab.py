@@ -1198,7 +1198,9 @@ def main(argv: list[str] | None = None) -> int:
     toc = read_toc(args.toc)
     book = args.toc.parent / "book"
     chapters = [p for p in toc.pages if (args.toc.parent / f"{p}.ipynb").is_file()]
-    if args.chapter:
+    if args.shard is not None:  # the parent names each chapter whole: no substring matches
+        chapters = [c for c in chapters if c in args.chapter]
+    elif args.chapter:
         chapters = [c for c in chapters if any(s in c for s in args.chapter)]
     if not chapters:
         print(
