@@ -91,6 +91,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from minitransformer._layout import step_weight
 from minitransformer.data import src_padding_mask
 from minitransformer.decoding import greedy_decode
 from minitransformer.kv_cache import KVCache
@@ -98,6 +99,7 @@ from minitransformer.model import Transformer
 
 D_MODEL, LAYERS, HEADS, D_FF, VOCAB, SRC_LEN = 256, 4, 8, 1024, 1000, 32
 STEP_TARGET = 1.5  # cached step / weight-read floor, at most
+PATHS = ("fast", "params", "module")  # see paired_steps
 SPEEDUP_TARGETS = {256: 7.0, 512: 14.0}  # uncached / cached greedy decoding, at least
 
 
@@ -121,20 +123,24 @@ def timed(fn, now) -> tuple[float, float]:
     return end[0] - start[0], end[1] - start[1]
 
 
-def floor_products(model: Transformer, device: torch.device) -> list[tuple]:
-    """``(input, weight, bias)`` of each matrix-vector product of a cached step, in order."""
+def floor_products(model: Transformer, device: torch.device, packed: bool) -> list[tuple]:
+    """``(input, weight, bias)`` of each matrix-vector product of a cached step, in order, over
+    the weights as the step reads them: ``packed``, the copies of ``step_weight`` (the default
+    step, without autograd), else the parameters as ``nn.Linear`` stores them."""
+    layout = step_weight if packed else (lambda weight: weight)
     products = []
     for layer in model.decoder.layers:
         attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
+        rows = cross.num_heads * cross.d_k  # W^Q: the first rows of [W^Q; W^K; W^V]
         products += [
-            (attn.in_proj_weight, attn.in_proj_bias),
-            (attn.w_o.weight, attn.w_o.bias),
-            (cross.w_q.weight, cross.w_q.bias),
-            (cross.w_o.weight, cross.w_o.bias),
-            (ffn.linear1.weight, ffn.linear1.bias),
-            (ffn.linear2.weight, ffn.linear2.bias),
+            (layout(attn.in_proj_weight), attn.in_proj_bias),
+            (layout(attn.w_o.weight), attn.w_o.bias),
+            (layout(cross.in_proj_weight)[:rows], cross.in_proj_bias[:rows]),
+            (layout(cross.w_o.weight), cross.w_o.bias),
+            (layout(ffn.linear1.weight), ffn.linear1.bias),
+            (layout(ffn.linear2.weight), ffn.linear2.bias),
         ]
-    products.append((model.output.weight, None))
+    products.append((layout(model.output.weight), None))
     return [(torch.randn(1, 1, w.shape[1], device=device), w, b) for w, b in products]
 
 
@@ -197,36 +203,38 @@ def main() -> int:
     src = torch.randint(3, VOCAB, (1, SRC_LEN), generator=torch.Generator().manual_seed(1))
     src = src.to(device)
     src_mask = src_padding_mask(src)  # what greedy_decode passes: all True here
-    products = floor_products(model, device)
+    products = {packed: floor_products(model, device, packed) for packed in (True, False)}
     print(
         f"model: d_model={D_MODEL}, {LAYERS}+{LAYERS} layers, {HEADS} heads, d_ff={D_FF}, "
         f"vocab={VOCAB}; source {SRC_LEN} tokens, batch 1; torch {torch.__version__}, "
         f"{device}, {torch.get_num_threads()} thread(s); targets on {args.clock} time"
     )
 
-    def floor() -> None:
-        for x, w, b in products:
+    def floor(packed: bool = True) -> None:
+        for x, w, b in products[packed]:
             F.linear(x, w, b)
 
     with torch.inference_mode():
         memory = model.encode(src, src_mask)  # (1, S, d_model)
 
-    def paired_steps(n: int, fast: bool = True) -> tuple[list[float], list[float]]:
+    def paired_steps(n: int, path: str = "fast") -> tuple[list[float], list[float]]:
         """A run of n cached steps as greedy_decode makes them, each right after one pass of
-        the floor: (floor, step) times on the chosen clock, so that each pair sees the same
-        machine (the floor reads the same weights the previous step read). ``fast=False``
-        times the module path (``Decoder.fast_step = False``) for comparison."""
-        model.decoder.fast_step = fast
+        its floor: (floor, step) times on the chosen clock, so that each pair sees the same
+        machine (the floor reads the same weights the previous step read). ``path``: "fast",
+        the default step (the fast path over step_weight's copies); "params", the fast path
+        over the parameters (``Decoder.pack_weights = False``); "module", the module path
+        (``Decoder.fast_step = False``). The last two pair with the floor over the parameters."""
+        model.decoder.fast_step, model.decoder.pack_weights = path != "module", path == "fast"
         floors, steps = [], []
         cache = KVCache.for_model(model, n)
         token = torch.ones(1, 1, dtype=torch.long, device=device)
         for _ in range(n):
-            floors.append(timed(floor, now)[clock])
+            floors.append(timed(lambda: floor(path == "fast"), now)[clock])
             start = now()
             logits = model.decode(token, memory, src_mask=src_mask, cache=cache)
             token = logits[:, -1].argmax(-1, keepdim=True)
             steps.append(now()[clock] - start[clock])
-        model.decoder.fast_step = True
+        model.decoder.fast_step = model.decoder.pack_weights = True
         return floors, steps
 
     def decode(n: int, use_cache: bool):
@@ -257,9 +265,9 @@ def main() -> int:
             )
             return 1
         for _ in range(20):  # warm-up: allocator, caches
-            floor()
-        paired_steps(8)
-        paired_steps(8, fast=False)
+            floor(True), floor(False)
+        for path in PATHS:
+            paired_steps(8, path)
         decode(8, True)()
         decode(8, False)()
 
@@ -268,47 +276,50 @@ def main() -> int:
         if not torch.equal(decode(n, True)(), decode(n, False)()):
             print(f"ERROR: cached and uncached tokens differ at n={n}")
             return 1
-        step_ratio, speedup, per_step, per_floor = [], [], [], []
-        module_ratio, module_over_fast = [], []
+        speedup: list[float] = []
+        per = {key: [] for key in ("floor", "params floor", *PATHS)}  # median times per round
+        ratio = {path: [] for path in PATHS}  # median step / floor per round
         for r in range(args.rounds):
             with torch.inference_mode():
                 jobs = {"cached": decode(n, True), "uncached": decode(n, False)}
                 order = list(jobs) if r % 2 == 0 else list(jobs)[::-1]
                 got = {name: timed(jobs[name], now)[clock] for name in order}
-                paths = {
-                    fast: paired_steps(n, fast)
-                    for fast in ((True, False) if r % 2 == 0 else (False, True))
-                }
-            floors, steps = paths[True]
-            per_floor.append(statistics.median(floors))
-            per_step.append(statistics.median(steps))
-            ratios = {
-                fast: statistics.median(s / f for s, f in zip(st, fl, strict=True))
-                for fast, (fl, st) in paths.items()
-            }
-            step_ratio.append(ratios[True])
-            module_ratio.append(ratios[False])
-            module_over_fast.append(ratios[False] / ratios[True])  # each against its floor
+                paths = {path: paired_steps(n, path) for path in PATHS[:: 1 if r % 2 else -1]}
+            for path, (floors, steps) in paths.items():
+                per[path].append(statistics.median(steps))
+                pairs = zip(steps, floors, strict=True)
+                ratio[path].append(statistics.median(step / f for step, f in pairs))
+            per["floor"].append(statistics.median(paths["fast"][0]))
+            per["params floor"].append(statistics.median(paths["params"][0]))
             speedup.append(got["uncached"] / got["cached"])
 
         def spread(xs: list[float], fmt: str) -> str:
             return f"median {statistics.median(xs):{fmt}} (rounds {min(xs):{fmt}}-{max(xs):{fmt}})"
 
-        step_ok = max(step_ratio) <= STEP_TARGET
+        def ms(key: str, per=per) -> str:
+            return spread([1e3 * t for t in per[key]], ".3f") + " ms"
+
+        def times(a: str, b: str, per=per) -> str:  # a's time over b's, round by round
+            return spread([x / y for x, y in zip(per[a], per[b], strict=True)], ".2f") + "x"
+
+        step_ok = max(ratio["fast"]) <= STEP_TARGET
         target = SPEEDUP_TARGETS.get(n)
         fast_ok = target is None or min(speedup) >= target
         ok = ok and step_ok and fast_ok
+        print(f"{n:4d} new tokens: floor {ms('floor')}, cached step {ms('fast')}")
         print(
-            f"{n:4d} new tokens: floor {spread([1e3 * f for f in per_floor], '.3f')} ms, "
-            f"cached step {spread([1e3 * s for s in per_step], '.3f')} ms"
-        )
-        print(
-            f"     step / floor {spread(step_ratio, '.2f')}x, target <= {STEP_TARGET}x "
+            f"     step / floor {spread(ratio['fast'], '.2f')}x, target <= {STEP_TARGET}x "
             f"{'met' if step_ok else 'MISSED'}"
         )
         print(
-            f"     module path: step / floor {spread(module_ratio, '.2f')}x, "
-            f"{spread(module_over_fast, '.2f')}x the fast step's"
+            f"     over the parameters as stored: floor {ms('params floor')} "
+            f"({times('params floor', 'floor')} the floor), step {ms('params')} "
+            f"({times('params', 'fast')} the step), step / floor "
+            f"{spread(ratio['params'], '.2f')}x"
+        )
+        print(
+            f"     module path: step {ms('module')} ({times('module', 'params')} the fast "
+            f"path's over the parameters), step / floor {spread(ratio['module'], '.2f')}x"
         )
         print(
             f"     speed-up of caching {spread(speedup, '.2f')}x"

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minitransformer._checks import positive_int, probability, tensor
+from minitransformer._layout import step_weight
 from minitransformer.kv_cache import AttentionCache
 from minitransformer.positional import rotary_embedding
 
@@ -298,37 +299,22 @@ class MultiHeadAttention(nn.Module):
         out, weights = self._attend(q, k, v, mask, need_weights)  # 4. (B, h, T, d_v)
         return self.w_o(merge_heads(out)), weights  # 5. Concat(heads) W^O: (B, T, d_model)
 
-    def _cached_step(
-        self,
-        x: Tensor,
-        cache: AttentionCache,
-        memory: Tensor | None = None,
-        mask: Tensor | None = None,
-    ) -> Tensor:
-        """:meth:`forward` for one new query row with a cache, in eval mode, without weights:
-        ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast cached step
-        (``minitransformer.model.Decoder._can_step`` says when and why).
-
-        Self-attention (``memory`` None) appends the new key and value to ``cache``;
-        cross-attention reads the keys and values of ``memory`` from its filled static cache.
-        The same products and kernels as :meth:`forward`, so the same numbers; what it skips:
-        the input checks (the caller checks once), dropout, and with one query row, the
-        transposes of :func:`split_heads` and :func:`merge_heads`, which become views.
-        """
-        B = x.shape[0]
-        h, h_kv, d_k = self.num_heads, self.num_kv_heads, self.d_k
-        if memory is None:  # self-attention: Q, K and V of the new row in one product
-            qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # (B, 1, (h + 2 h_kv) d_k)
-            q, k, v = qkv.view(B, h + 2 * h_kv, 1, d_k).split((h, h_kv, h_kv), dim=1)
-            k, v = cache.append(k, v)  # (B, h_kv, length, d_k), all positions so far
-        else:  # cross-attention: only Q is new; the memory's K and V are cached
-            cache.holds(memory)  # raises if the cache holds another encoder output
-            q = self.w_q(x).view(B, h, 1, d_k)  # (B, h, 1, d_k)
-            k, v = cache.get()  # (B, h_kv, S, d_k)
-        k, v = self._repeat_kv(k), self._repeat_kv(v)  # (B, h, S, d_k)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, 1, d_v)
-        # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
-        return F.linear(out.view(B, 1, h * d_k), self.w_o.weight, self.w_o.bias)
+    def _step_weights(self, *, packed: bool, cross: bool) -> _AttentionStep:
+        """What :func:`_attention_step` reads for this module, gathered once per decoding run
+        (``minitransformer.model.Decoder._step_plan``): ``[W^Q; W^K; W^V]`` for self-attention,
+        ``W^Q`` alone for cross-attention (the memory's keys and values are cached), ``W^O``;
+        ``packed``: :func:`~minitransformer._layout.step_weight`'s copies of them."""
+        w_in: Tensor = self.in_proj_weight
+        b_in: Tensor | None = self.in_proj_bias
+        w_o: Tensor = self.w_o.weight
+        if packed:
+            w_in, w_o = step_weight(w_in), step_weight(w_o)
+        if cross:  # W^Q: the first h d_k rows
+            rows = self.num_heads * self.d_k
+            w_in, b_in = w_in[:rows], None if b_in is None else b_in[:rows]
+        return _AttentionStep(
+            w_in, b_in, w_o, self.w_o.bias, self.num_heads, self.num_kv_heads, self.d_k
+        )
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q ``(B, h, T, d_k)``, K and V ``(B, h_kv, S, d_k)``; one matmul per input tensor."""
@@ -757,6 +743,54 @@ def attention_parameter_count(
     weights = d_model * q_out + 2 * d_model * kv_out + q_out * d_model
     biases = q_out + 2 * kv_out + d_model if bias else 0
     return weights + biases
+
+
+class _AttentionStep(NamedTuple):
+    """The tensors and sizes :func:`_attention_step` reads: one :class:`MultiHeadAttention`'s,
+    gathered once per decoding run, so that a step looks up no module attributes."""
+
+    w_in: Tensor  # [W^Q; W^K; W^V] ((h + 2 h_kv) d_k, d_model), or W^Q alone (h d_k, d_model)
+    b_in: Tensor | None
+    w_o: Tensor  # (d_model, h d_v)
+    b_o: Tensor | None
+    num_heads: int
+    num_kv_heads: int
+    d_k: int
+
+
+def _attention_step(
+    a: _AttentionStep,
+    x: Tensor,
+    cache: AttentionCache,
+    memory: Tensor | None = None,
+    mask: Tensor | None = None,
+) -> Tensor:
+    """:meth:`MultiHeadAttention.forward` for one new query row with a cache, in eval mode,
+    without weights: ``x`` ``(B, 1, d_model)`` -> ``(B, 1, d_model)``. The decoder's fast
+    cached step (``minitransformer.model.Decoder._step_plan`` says when and why).
+
+    Self-attention (``memory`` None) appends the new key and value to ``cache``;
+    cross-attention reads the keys and values of ``memory`` from its filled static cache. The
+    same products and kernels as the module, so the same numbers (over
+    :func:`~minitransformer._layout.step_weight`'s copies, the same up to rounding); what it
+    skips: the input checks (the caller checks once), dropout, and with one query row, the
+    transposes of :func:`split_heads` and :func:`merge_heads`, which become views.
+    """
+    B = x.shape[0]
+    h, h_kv, d_k = a.num_heads, a.num_kv_heads, a.d_k
+    if memory is None:  # self-attention: Q, K and V of the new row in one product
+        qkv = F.linear(x, a.w_in, a.b_in)  # (B, 1, (h + 2 h_kv) d_k)
+        q, k, v = qkv.view(B, h + 2 * h_kv, 1, d_k).split((h, h_kv, h_kv), dim=1)
+        k, v = cache.append(k, v)  # (B, h_kv, length, d_k), all positions so far
+    else:  # cross-attention: only Q is new; the memory's K and V are cached
+        cache.holds(memory)  # raises if the cache holds another encoder output
+        q = F.linear(x, a.w_in, a.b_in).view(B, h, 1, d_k)  # (B, h, 1, d_k)
+        k, v = cache.get()  # (B, h_kv, S, d_k)
+    if h != h_kv:  # grouped-query attention: each K/V head serves h / h_kv query heads
+        k, v = k.repeat_interleave(h // h_kv, dim=1), v.repeat_interleave(h // h_kv, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, 1, d_v)
+    # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
+    return F.linear(out.view(B, 1, h * d_k), a.w_o, a.b_o)
 
 
 class AttentionFlops(NamedTuple):

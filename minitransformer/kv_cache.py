@@ -168,7 +168,7 @@ class AttentionCache:
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`update` of a self-attention cache without its checks, for the model's fast
-        cached step (``minitransformer.model.Decoder._can_step``), whose keys and values
+        cached step (``minitransformer.model.Decoder._step_plan``), whose keys and values
         come from the same weights as the earlier steps'. Falls back to :meth:`update` (checks
         included) for the first step, a new batch size, and when the buffers must grow."""
         end = self.length + key.shape[2]
@@ -310,6 +310,9 @@ class KVCache:
         # validated inputs here, so that later steps need not check them again).
         # (memory, src_mask, the cross-attention mask), or None before the first step.
         self.checked: tuple[Tensor, Tensor | None, Tensor | None] | None = None
+        # The decoder's fast path for this run: the tensors its steps read, gathered on the
+        # run's first fast step (minitransformer.model.Decoder._step_plan), or None before it.
+        self.step_plan: object | None = None
 
     @classmethod
     def for_model(

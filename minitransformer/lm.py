@@ -34,7 +34,7 @@ from minitransformer._checks import finite_float, ids, module, positive_int, pro
 from minitransformer.attention import causal_mask
 from minitransformer.decoding import generate, next_token_probs
 from minitransformer.kv_cache import KVCache
-from minitransformer.model import Decoder
+from minitransformer.model import Decoder, _output_projection
 from minitransformer.positional import LearnedPositionalEmbedding, PositionalEncoding
 from minitransformer.tokenizer import BPETokenizer
 from minitransformer.training import TrainHistory, train
@@ -154,7 +154,7 @@ class DecoderOnlyTransformer(nn.Module):
             x = x * self.embed_scale
         x = self.positional(x, start)  # (B, T, d_model)
         x = self.decoder(x, None, tgt_mask=mask, cache=cache)  # (B, T, d_model)
-        return self.output(x)  # (B, T, V)
+        return _output_projection(self.output, x, self.decoder, cache)  # (B, T, V)
 
 
 # -- the loss -----------------------------------------------------------------------------

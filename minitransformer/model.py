@@ -23,23 +23,32 @@ pass that records them, or set a layer's ``store_weights``. Otherwise attention 
 fused kernel, which never materialises them.
 
 Cached decoding of one token at a time (chapter "Inference") takes a fast path from the second
-step on: ``Decoder._can_step`` says when and why, ``DecoderLayer._cached_step`` is the
-same layer written with ``torch.nn.functional`` calls; it gives the same logits, bit for bit.
+step on: ``Decoder._step_plan`` says when and why, ``_layer_step`` is the same layer written
+with ``torch.nn.functional`` calls; over the parameters it gives the same logits, bit for bit,
+and without autograd it reads the wider weights from copies laid out for one-row products
+(``Decoder.pack_weights``; the same logits up to rounding).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minitransformer._checks import ids, positive_int, probability, tensor
-from minitransformer.attention import MultiHeadAttention, causal_mask, check_mask
-from minitransformer.kv_cache import KVCache, LayerCache
+from minitransformer._layout import step_weight
+from minitransformer.attention import (
+    MultiHeadAttention,
+    _attention_step,
+    _AttentionStep,
+    causal_mask,
+    check_mask,
+)
+from minitransformer.kv_cache import AttentionCache, KVCache, LayerCache
 from minitransformer.positional import PositionalEncoding
 
 __all__ = [
@@ -311,31 +320,24 @@ class DecoderLayer(nn.Module):
         out = self.feed_forward(x)
         return self.dropout3(out) if self.training else out
 
-    def _cached_step(
-        self, x: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: LayerCache
-    ) -> Tensor:
-        """:meth:`_forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache, in
-        eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
-        over the layer's own parameters (``Decoder._can_step`` says when and why)."""
-        ffn = self.feed_forward
-        norm2 = self.norm2  # None in a decoder-only layer (then memory is None too)
-        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
-            x = x + self.self_attn._cached_step(_layer_norm(self.norm1, x), cache.self_attn)
-            if norm2 is not None and memory is not None:
-                x = x + self._cross_step(_layer_norm(norm2, x), memory, src_mask, cache)
-            x = x + _ffn(ffn, _layer_norm(self.norm3, x))
-        else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
-            x = _layer_norm(self.norm1, x + self.self_attn._cached_step(x, cache.self_attn))
-            if norm2 is not None and memory is not None:
-                x = _layer_norm(norm2, x + self._cross_step(x, memory, src_mask, cache))
-            x = _layer_norm(self.norm3, x + _ffn(ffn, x))
-        return x  # (B, 1, d_model)
-
-    def _cross_step(
-        self, x: Tensor, memory: Tensor, src_mask: Tensor | None, cache: LayerCache
-    ) -> Tensor:
-        assert self.cross_attn is not None and cache.cross_attn is not None  # as _forward
-        return self.cross_attn._cached_step(x, cache.cross_attn, memory, src_mask)
+    def _step_weights(self, packed: bool) -> _LayerStep:
+        """What :func:`_layer_step` reads for this layer, gathered once per decoding run
+        (``Decoder._step_plan``); ``packed``: the products read
+        :func:`~minitransformer._layout.step_weight`'s copies of the weights."""
+        ffn, norm2, cross = self.feed_forward, self.norm2, self.cross_attn
+        w1, w2 = ffn.linear1.weight, ffn.linear2.weight
+        if packed:
+            w1, w2 = step_weight(w1), step_weight(w2)
+        return _LayerStep(
+            self.norm_first,
+            _norm_step(self.norm1),
+            self.self_attn._step_weights(packed=packed, cross=False),
+            None
+            if cross is None or norm2 is None
+            else (cross._step_weights(packed=packed, cross=True), _norm_step(norm2)),
+            _norm_step(self.norm3),
+            (w1, ffn.linear1.bias, w2, ffn.linear2.bias, ffn.activation),
+        )
 
     def _check_inputs(
         self,
@@ -395,16 +397,75 @@ class DecoderLayer(nn.Module):
         return ours.train(layer.training)
 
 
-def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
-    """``norm(x)`` without the module call: what ``nn.LayerNorm.forward`` runs."""
-    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+_Norm = tuple[list[int], Tensor | None, Tensor | None, float]  # F.layer_norm's arguments
 
 
-def _ffn(ffn: FeedForward, x: Tensor) -> Tensor:
-    """``ffn(x)`` in eval mode without the module calls: ``max(0, x W_1 + b_1) W_2 + b_2``."""
-    linear1, linear2 = ffn.linear1, ffn.linear2
-    hidden = _activate(ffn.activation, F.linear(x, linear1.weight, linear1.bias))  # (B, 1, d_ff)
-    return F.linear(hidden, linear2.weight, linear2.bias)
+def _norm_step(norm: nn.LayerNorm) -> _Norm:
+    """What ``norm(x)`` passes to ``F.layer_norm``, for the fast step."""
+    return list(norm.normalized_shape), norm.weight, norm.bias, norm.eps
+
+
+class _LayerStep(NamedTuple):
+    """The tensors a :class:`DecoderLayer` 's fast step reads, gathered once per decoding run
+    (``Decoder._step_plan``), so that a step looks up no module attributes."""
+
+    norm_first: bool
+    norm1: _Norm
+    self_attn: _AttentionStep
+    cross: tuple[_AttentionStep, _Norm] | None  # cross-attention and norm2; None: decoder-only
+    norm3: _Norm
+    ffn: tuple[Tensor, Tensor | None, Tensor, Tensor | None, str]  # W_1, b_1, W_2, b_2, act.
+
+
+class _StepPlan(NamedTuple):
+    """A decoding run's fast path: what each layer's step reads, and the final LayerNorm's
+    arguments (``Decoder._step_plan`` builds it on the run's first fast step and keeps it in
+    the run's :class:`~minitransformer.kv_cache.KVCache`)."""
+
+    layers: list[_LayerStep]  # empty when the fast path does not apply (rotary)
+    norm: _Norm | None
+    packed: bool  # the products read step_weight's copies
+    dtype: torch.dtype  # the weights'
+    rotary: bool  # some layer rotates queries and keys: the module path, every step
+
+
+def _layer_step(
+    p: _LayerStep, x: Tensor, memory: Tensor | None, src_mask: Tensor | None, cache: LayerCache
+) -> Tensor:
+    """:meth:`DecoderLayer.forward` for one new position ``x`` ``(B, 1, d_model)`` with a cache,
+    in eval mode: the same sub-layers in the same order, written with ``torch.nn.functional``
+    over the tensors of ``p`` (``Decoder._step_plan`` says when and why)."""
+    ln = F.layer_norm
+    cross = None if memory is None else p.cross  # None in a decoder-only layer
+    cross_cache = cast(AttentionCache, cache.cross_attn)  # the decoder checked it is there
+    if p.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+        x = x + _attention_step(p.self_attn, ln(x, *p.norm1), cache.self_attn)
+        if cross is not None:
+            x = x + _attention_step(cross[0], ln(x, *cross[1]), cross_cache, memory, src_mask)
+        x = x + _ffn_step(p.ffn, ln(x, *p.norm3))
+    else:  # post-LN (the paper): LayerNorm(x + Sublayer(x))
+        x = ln(x + _attention_step(p.self_attn, x, cache.self_attn), *p.norm1)
+        if cross is not None:
+            x = ln(x + _attention_step(cross[0], x, cross_cache, memory, src_mask), *cross[1])
+        x = ln(x + _ffn_step(p.ffn, x), *p.norm3)
+    return x  # (B, 1, d_model)
+
+
+def _ffn_step(ffn: tuple[Tensor, Tensor | None, Tensor, Tensor | None, str], x: Tensor) -> Tensor:
+    """``FeedForward(x)`` in eval mode over the tensors of ``_LayerStep.ffn``:
+    ``max(0, x W_1 + b_1) W_2 + b_2`` (or another activation)."""
+    w1, b1, w2, b2, activation = ffn
+    return F.linear(_activate(activation, F.linear(x, w1, b1)), w2, b2)  # via (B, 1, d_ff)
+
+
+def _output_projection(
+    output: nn.Linear, x: Tensor, decoder: Decoder, cache: KVCache | None
+) -> Tensor:
+    """``output(x)``: the pre-softmax projection, ``(B, T, d_model) -> (B, T, V)``. A cached
+    step of one token reads the weight as the decoder's layers do (``Decoder.packs_weights``)."""
+    if cache is not None and x.shape[1] == 1 and decoder._packs_weights():
+        return F.linear(x, step_weight(output.weight), output.bias)
+    return output(x)
 
 
 class Encoder(nn.Module):
@@ -458,7 +519,12 @@ class Decoder(nn.Module):
     does). ``final_norm`` as in :class:`Encoder`; ``cross_attention=False`` builds a
     decoder-only stack (``memory=None``); ``activation`` as in :class:`FeedForward`.
     ``fast_step`` (default True) lets a cached step of
-    one token take the fast path (``_can_step``); False runs the modules, to compare.
+    one token take the fast path (``_step_plan``); False runs the modules, to compare.
+    ``pack_weights`` (default True): without autograd, the fast path's products read the
+    weights with more outputs than inputs from copies stored transposed, ``(in, out)``, which
+    a one-row product reads faster on the CPUs measured (``minitransformer._layout``; the same
+    numbers up to rounding, and memory for the copies); False reads the parameters, and then
+    the fast path's logits are the module path's bit for bit.
     """
 
     def __init__(
@@ -491,7 +557,8 @@ class Decoder(nn.Module):
         )
         final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model) if final_norm else None
-        self.fast_step = True  # False: cached steps take the module path too (see _can_step)
+        self.fast_step = True  # False: cached steps take the module path too (see _step_plan)
+        self.pack_weights = True  # False: the fast path reads the parameters (_packs_weights)
 
     def forward(
         self,
@@ -503,7 +570,7 @@ class Decoder(nn.Module):
         cache: KVCache | None = None,
     ) -> Tensor:
         """``cache``: a :class:`~minitransformer.kv_cache.KVCache` with one entry per layer.
-        A cached step of one token takes the fast path of ``_can_step``."""
+        A cached step of one token takes the fast path of ``_step_plan``."""
         layers = cast(Sequence[DecoderLayer], self.layers)  # (a ModuleList, typed for mypy)
         layer_caches: Sequence[LayerCache | None]
         if cache is None:
@@ -516,44 +583,71 @@ class Decoder(nn.Module):
             layer_caches = cache.layers
         # The same shapes for every layer (their caches fill in step): check once.
         layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
-        if cache is not None and tgt_mask is None and self._can_step(x, memory, cache):
-            # The fast path: the same computation without the modules (see _can_step).
-            for layer, entry in zip(layers, cache.layers, strict=True):
-                x = layer._cached_step(x, memory, src_mask, entry)  # (B, 1, d_model)
-            return _layer_norm(self.norm, x) if self.norm is not None else x
+        plan = None if cache is None or tgt_mask is not None else self._step_plan(x, memory, cache)
+        if plan is not None:  # the fast path: the same computation without the modules
+            for step, entry in zip(plan.layers, cache.layers, strict=True):  # type: ignore[union-attr]
+                x = _layer_step(step, x, memory, src_mask, entry)  # (B, 1, d_model)
+            return x if plan.norm is None else F.layer_norm(x, *plan.norm)
         for layer, layer_cache in zip(layers, layer_caches, strict=True):
             x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
         return self.norm(x) if self.norm is not None else x
 
-    def _can_step(self, x: Tensor, memory: Tensor | None, cache: KVCache) -> bool:
-        """Whether this call is one cached decoding step that the fast path computes.
+    def _step_plan(self, x: Tensor, memory: Tensor | None, cache: KVCache) -> _StepPlan | None:
+        """The fast path's plan if this call is one cached decoding step that it computes,
+        else None (the module path).
 
         Why a second path: a cached step of one token does little arithmetic (matrix-vector
         products), so the Python around it counts. Through the modules a step makes ~45
         module calls and ~140 ``nn.Module`` attribute look-ups, plus the helpers' checks,
         which cost about as much as reading the weights (the benchmark
-        ``benchmarks/bench_kv_cache.py`` measures it). :meth:`DecoderLayer._cached_step`
-        makes the same products and kernels (the same numbers) with ``torch.nn.functional``
-        calls; what it skips: module calls, per-layer checks (the first layer's were run),
-        dropout, attention-weight bookkeeping, and, with one query row, the head transposes.
+        ``benchmarks/bench_kv_cache.py`` measures it). :func:`_layer_step` makes the same
+        products and kernels (the same numbers) with ``torch.nn.functional`` calls over the
+        tensors that the run's first fast step gathered (the plan, kept in ``cache``); what it
+        skips: module calls and attribute look-ups, per-layer checks (the first layer's were
+        run), dropout, attention-weight bookkeeping, and, with one query row, the head
+        transposes. Without autograd it reads the wider weights from copies laid out for
+        one-row products (``pack_weights``; ``minitransformer._layout``).
 
         It applies to one new position (T = 1) with a KV cache and no ``tgt_mask``, in eval
         mode, when no layer stores its attention weights or uses rotary embeddings, ``x`` has
         the weights' dtype, and the cross-attention caches are filled (from the first step
         on, which takes the module path), and ``fast_step`` is True (set it to False to compare
-        the two paths). Everything else takes the module path.
+        the two paths). Everything else takes the module path. The plan holds the parameters
+        (or their copies) of the run's first fast step: like the cached keys and values, which
+        were computed from them, it assumes the weights do not change during a run.
         """
-        if not self.fast_step or x.shape[1] != 1 or self.training:
-            return False
-        first = cast(DecoderLayer, self.layers[0])
-        if x.dtype != first.self_attn.in_proj_weight.dtype or cache.length == 0:
-            return False
+        if not self.fast_step or x.shape[1] != 1 or self.training or cache.length == 0:
+            return None
         cross = cache.layers[0].cross_attn
         if memory is not None and (cross is None or cross.source is None):
-            return False
-        return not any(
-            layer.store_weights or layer.self_attn.rotary
-            for layer in cast(Sequence[DecoderLayer], self.layers)
+            return None
+        layers = cast(Sequence[DecoderLayer], self.layers)
+        if any(layer.store_weights for layer in layers):
+            return None
+        packed = self._packs_weights()
+        plan = cast("_StepPlan | None", cache.step_plan)
+        if plan is None or plan.packed != packed:  # the run's first fast step
+            first = layers[0].self_attn.in_proj_weight
+            rotary = any(layer.self_attn.rotary for layer in layers)
+            plan = cache.step_plan = _StepPlan(
+                [] if rotary else [layer._step_weights(packed) for layer in layers],
+                None if self.norm is None else _norm_step(self.norm),
+                packed,
+                first.dtype,
+                rotary,
+            )
+        return plan if x.dtype == plan.dtype and not plan.rotary else None
+
+    def _packs_weights(self) -> bool:
+        """Whether the fast path reads ``minitransformer._layout.step_weight``'s copies:
+        ``fast_step`` and ``pack_weights`` are True, in eval mode, and autograd is off (under
+        ``torch.no_grad()`` or ``torch.inference_mode()``, as the package's decoding runs): a
+        step that gradients must reach reads the parameters themselves."""
+        return (
+            self.fast_step
+            and self.pack_weights
+            and not self.training
+            and not torch.is_grad_enabled()
         )
 
     @classmethod
@@ -690,7 +784,7 @@ class Transformer(nn.Module):
             mask = tgt_mask if mask is None else mask & tgt_mask
         x = self._embed(tgt, self.tgt_embed, start)  # (B, T, d_model)
         x = self.decoder(x, memory, src_mask=cross_mask, tgt_mask=mask, cache=cache)
-        return self.output(x)  # (B, T, V_tgt)
+        return _output_projection(self.output, x, self.decoder, cache)  # (B, T, V_tgt)
 
     def forward(
         self,

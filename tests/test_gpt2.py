@@ -234,15 +234,18 @@ def test_new_options_refuse_bad_values() -> None:
 
 
 def test_cached_fast_step_with_gelu_equals_the_module_path() -> None:
-    """The cached one-token step has its own copy of the feed-forward (model._ffn): with GELU
-    it must give the logits of the module path, bit for bit."""
+    """The cached one-token step has its own copy of the feed-forward (model._ffn_step): with
+    GELU it must give the logits of the module path, bit for bit over the parameters, and to
+    float32 rounding over the copies laid out for one-row products (pack_weights)."""
     model = from_hf_gpt2(hf_gpt2(**TINY))
     prompt, new = torch.randint(1, 101, (2, 5)), torch.randint(1, 101, (2, 1))
     steps = []
-    for fast in (True, False):
-        model.decoder.fast_step = fast
+    for fast, pack in ((True, False), (False, False), (True, True)):
+        model.decoder.fast_step, model.decoder.pack_weights = fast, pack
         cache = KVCache.for_model(model, 6)
         with torch.no_grad():
             model(prompt, cache=cache)
             steps.append(model(new, cache=cache))
+        assert (cache.step_plan is not None) == fast
     assert torch.equal(steps[0], steps[1])
+    torch.testing.assert_close(steps[2], steps[1], atol=1e-5, rtol=1e-5)

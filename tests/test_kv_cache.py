@@ -391,36 +391,39 @@ def test_cache_argument_checks():
 
 
 # --------------------------------------------------------------------------------------------
-# The fast cached step (Decoder._can_step, DecoderLayer._cached_step): the same numbers as
-# the module path, and the module path wherever it does not apply.
+# The fast cached step (Decoder._step_plan, model._layer_step): the same numbers as the
+# module path (bit for bit over the parameters, to rounding over the copies laid out for
+# one-row products), and the module path wherever it does not apply.
 # --------------------------------------------------------------------------------------------
 
 
 def _count_fast_steps(monkeypatch) -> list[int]:
-    """Count the calls of DecoderLayer._cached_step (one per layer and fast step)."""
-    from minitransformer.model import DecoderLayer
+    """Count the calls of model._layer_step (one per layer and fast step)."""
+    from minitransformer import model
 
     calls = [0]
-    original = DecoderLayer._cached_step
+    original = model._layer_step
 
-    def counted(self, *args):
+    def counted(*args):
         calls[0] += 1
-        return original(self, *args)
+        return original(*args)
 
-    monkeypatch.setattr(DecoderLayer, "_cached_step", counted)
+    monkeypatch.setattr(model, "_layer_step", counted)
     return calls
 
 
-def _stepwise(model: Transformer, ys, memory, src_mask, cache_cls=None, *, fast: bool = True):
+def _stepwise(
+    model: Transformer, ys, memory, src_mask, cache_cls=None, *, fast: bool = True, pack=True
+):
     """Logits of feeding ``ys`` one token at a time through a cache of 4 preallocated
     positions (so the buffers grow on the way)."""
-    model.decoder.fast_step = fast
+    model.decoder.fast_step, model.decoder.pack_weights = fast, pack
     cache = KVCache.for_model(model, max_len=4, cache_cls=cache_cls)
     steps = [
         model.decode(ys[:, t : t + 1], memory, src_mask=src_mask, cache=cache)
         for t in range(ys.shape[1])
     ]
-    model.decoder.fast_step = True
+    model.decoder.fast_step = model.decoder.pack_weights = True
     return torch.cat(steps, dim=1)
 
 
@@ -440,12 +443,74 @@ def test_fast_step_gives_the_module_paths_logits_exactly(norm_first, padded, int
         memory = model.encode(src, src_mask)
         module = _stepwise(model, ys, memory, src_mask, cache_cls, fast=False)
         assert calls[0] == 0
-        fast = _stepwise(model, ys, memory, src_mask, cache_cls)
+        fast = _stepwise(model, ys, memory, src_mask, cache_cls, pack=False)
+        packed = _stepwise(model, ys, memory, src_mask, cache_cls)
         full = model.decode(ys, memory, src_mask=src_mask)
-    assert calls[0] == 8 * 2  # every step after the first, in both layers
+    assert calls[0] == 2 * 8 * 2  # every step after the first, in both layers, twice
     assert torch.equal(fast, module)  # the same products and kernels: bit for bit
+    # The copies laid out (in, out): the same products summed in another order, so float32
+    # rounding apart, as the whole-sequence pass (other kernels again) is below.
+    torch.testing.assert_close(packed, module, atol=1e-5, rtol=1e-5)
     if not int8:
         torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_fast_step_reads_copies_laid_out_for_one_row_products_only_without_autograd():
+    from minitransformer._layout import step_weight
+
+    model = _model(16, norm_first=True)
+    src = _padded_sources(16, [5, 5])
+    token = torch.full((2, 1), BOS_ID)
+
+    def steps(grad: bool):
+        cache = KVCache.for_model(model, max_len=4)
+        with torch.no_grad():
+            memory = model.encode(src)
+            model.decode(token, memory, cache=cache)  # the first step: the module path
+        with torch.set_grad_enabled(grad):
+            return model.decode(token, memory, cache=cache), cache.step_plan
+
+    layer = model.decoder.layers[0]
+    attn, ffn = layer.self_attn, layer.feed_forward
+    logits, plan = steps(grad=False)
+    step = plan.layers[0]
+    # the weights with more outputs than inputs: copies stored (in, out); the others as they are
+    assert step.self_attn.w_in.stride() == (1, 96) and step.self_attn.w_in.shape == (96, 32)
+    assert step.self_attn.w_in is step_weight(attn.in_proj_weight)  # made once, then reused
+    assert torch.equal(step.self_attn.w_in, attn.in_proj_weight)
+    assert step.ffn[0].stride() == (1, 64) and torch.equal(step.ffn[0], ffn.linear1.weight)
+    assert step.ffn[2] is ffn.linear2.weight and step.self_attn.w_o is attn.w_o.weight
+    cross_q, _ = plan.layers[0].cross
+    assert torch.equal(cross_q.w_in, layer.cross_attn.in_proj_weight[:32])  # W^Q of the copy
+    # with autograd on, the step reads the parameters themselves, and gradients reach them
+    model.zero_grad()
+    logits_grad, plan = steps(grad=True)
+    assert plan.layers[0].self_attn.w_in is attn.in_proj_weight and not plan.packed
+    logits_grad.square().sum().backward()
+    assert attn.in_proj_weight.grad is not None and attn.in_proj_weight.grad.abs().sum() > 0
+    torch.testing.assert_close(logits_grad.detach(), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_copy_follows_its_parameter():
+    from minitransformer import _layout
+
+    weight = torch.nn.Parameter(torch.randn(12, 4, dtype=torch.float64))
+    copy = _layout.step_weight(weight)
+    assert copy.stride() == (1, 12) and torch.equal(copy, weight) and not copy.requires_grad
+    assert _layout.step_weight(weight) is copy  # reused while the parameter is unchanged
+    with torch.no_grad():
+        weight.mul_(2)  # an optimiser step or copy_: a new version
+    assert torch.equal(_layout.step_weight(weight), weight)
+    weight.data = weight.data.float()  # .to(): another tensor behind the parameter
+    assert _layout.step_weight(weight).dtype == torch.float32
+    assert torch.equal(_layout.step_weight(weight), weight)
+    square, narrow = torch.randn(4, 4), torch.randn(4, 12)
+    assert _layout.step_weight(square) is square and _layout.step_weight(narrow) is narrow
+    stored_transposed = torch.randn(4, 12).t()  # (12, 4), stored (in, out) already
+    assert _layout.step_weight(stored_transposed) is stored_transposed
+    key = id(weight)
+    del weight, copy
+    assert key not in _layout._COPIES  # the copy goes with its parameter
 
 
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
@@ -462,17 +527,18 @@ def test_fast_step_of_a_decoder_only_stack_with_gqa(num_kv_heads, monkeypatch):
     class LM(torch.nn.Module):  # anything with decoder.layers
         decoder = stack
 
-    def stepwise(fast: bool):
-        stack.fast_step = fast
+    def stepwise(fast: bool, pack: bool = True):
+        stack.fast_step, stack.pack_weights = fast, pack
         cache = KVCache.for_model(LM(), max_len=2)
         return torch.cat([stack(x[:, t : t + 1], None, cache=cache) for t in range(6)], dim=1)
 
     with torch.no_grad():
-        module, fast = stepwise(False), stepwise(True)
+        module, fast, packed = stepwise(False), stepwise(True, pack=False), stepwise(True)
         full = stack(x, None, tgt_mask=causal_mask(6))
-    assert calls[0] == 5 * 2
+    assert calls[0] == 2 * 5 * 2
     assert torch.equal(fast, module)
-    torch.testing.assert_close(fast, full, atol=1e-5, rtol=1e-5)
+    for result in (fast, packed):
+        torch.testing.assert_close(result, full, atol=1e-5, rtol=1e-5)
 
 
 def test_the_module_path_runs_where_the_fast_step_does_not_apply(monkeypatch):
