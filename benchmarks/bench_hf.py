@@ -19,18 +19,26 @@ Targets (issue "From the course's model to GPT-2"): at least 2x ``transformers``
 shape, and no slower than it at 124M, in every round, for B = 1 and B = 8. Exit status 1 if
 one is missed (``--no-check`` only prints).
 
-Why the small shape misses 2x at B = 8 (measured on an AMD EPYC with 32 MB of L3, one thread,
-2026-12-04: 1.89x at B = 1, 1.37x at B = 8, 3 rounds): a step of 8 rows is memory-bound, and
-both implementations read the same bytes. A step reads the ~17 MB of weights and each layer's
-cached keys and values, 8 rows x 4 heads x length x 64 x 4 bytes x 2: 2.6 MB per layer at the
-run's mean length, 4.5 MB at its end. Timed inside ``generate``, each attention kernel streams
-them at 11-16 GB/s (61 us at 32-63 positions, 275 us at 256-288), the speed of main memory
-for one core: the keys and values of four layers do not stay in the L3 beside the weights.
-So attention takes ~0.8 ms of our ~2.8 ms step (``transformers``: ~3.9 ms), and the weights
-at that speed another ~1.3 ms: even a step that did nothing but read these bytes would leave
-``transformers`` at 3.9 / 2.1, about 1.9x, short of 2x. At B = 1 the keys and values are 8 times
-smaller (0.56 MB per layer at the end, read at 20-29 GB/s) and what differs between the two is
-the fixed cost of a step.
+What makes the package's step faster (chapter "Inference", and ``bench_kv_cache.py``): the
+cached step's fast path, over tensors gathered once per run, with the weights that have more
+outputs than inputs read from copies stored ``(in, out)``. On the AMD EPYC machine where this
+was measured (PyTorch's MKL), a one-row ``F.linear`` over ``nn.Linear``'s ``(out, in)`` layout
+reads the matrix 1.3-2.2 times slower than over ``(in, out)`` for the wide matrices: one row
+through GPT-2 small's 50257 x 768 output projection takes 13.3 ms over ``transformers``'
+``lm_head`` (an ``nn.Linear``), 7.3 ms over the package's copy.
+
+Why the small shape misses 2x at B = 8 (same machine, one thread, 2026-12-06): the step is
+memory-bound, and both implementations read the same bytes. A step reads the ~17 MB of
+weights and, per layer, the cached keys and values of 8 rows x 4 heads x 64 x 4 bytes x 2
+per position: 2.6 MB at the run's mean length, 4.7 MB at its end. They do not stay in the
+L3 cache beside the weights. In a hand-written step over the package's tensors (no checks,
+no bookkeeping), the four attention kernels took ~1.6-1.7 ms of 4.1-4.3 ms (a kernel reads
+its 2.6 MB at ~6 GB/s there, at ~30 GB/s alone); without them the step took 2.5-2.9 ms.
+``transformers`` took 6.4-7.7 ms a step: 2x needs at most 3.2-3.9 ms, not much more than the
+products and small operators alone. Prepacked oneDNN products
+(``torch.ops.mkldnn``, inductor's private operators) in that hand-written step gave 1.5-2.0x
+(median 1.71, 5 rounds): measured, not adopted. At B = 1 the keys and values are 8 times
+smaller and what differs between the two implementations is the fixed cost of a step.
 
 Run: ``.venv/bin/python benchmarks/bench_hf.py [--rounds 5] [--shapes small 124M]
 [--threads 1 2] [--batches 1 8] [--new-tokens 256]``

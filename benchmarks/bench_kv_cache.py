@@ -8,10 +8,11 @@ Three things are timed in one process, for a few rounds:
 
 * the **weight-read floor**: the matrix-vector products a cached step runs, one per linear
   layer (per decoder layer the packed Q/K/V projection, W^O, the cross-attention W^Q and W^O,
-  the FFN's two layers; then the output projection), over the model's own weights, back to
-  back with nothing in between. The benchmark checks with ``FlopCounterMode`` that they are
-  exactly the products of a step. Each step has to read these ~16 MB of weights, so no
-  implementation of the step can be faster than this;
+  the FFN's two layers; then the output projection), back to back with nothing in between,
+  over the very tensors the step reads (``floor_products`` takes them from the step's own
+  plan). The benchmark checks with ``FlopCounterMode`` that they are exactly the products of
+  a step. Each step has to read these ~16 MB of weights with these kernels, so no step made
+  of them can be faster than this;
 * a **cached step**: ``model.decode`` of one new token with a ``KVCache``, as greedy decoding
   makes it. Each step of a run of ``n`` is timed right after one pass of the floor, and the
   round's ratio is the median of these paired ratios: both halves of a pair see the same
@@ -28,54 +29,65 @@ Timer does not fit these per-step pairs on two clocks.
 Targets: a step <= 1.5x the floor; a speed-up >= 7x at 256 new tokens and >= 14x at 512, in
 every round. Exit status 1 if one is missed (``--no-check`` only prints).
 
-The cached step is the decoder's fast path (``Decoder._can_step``,
-``DecoderLayer._cached_step``): from the second step of a run on, the layers' products and
-kernels are called with ``torch.nn.functional`` over their own parameters, without module
-calls, per-layer checks or head transposes; the logits are bit for bit those of the module
-path. Each round also times the module path (``Decoder.fast_step = False``) the same way, so
-that the two are compared in one process (the ratio of their step / floor ratios, each step
-paired with its own floor pass).
+The cached step is the decoder's fast path (``Decoder._step_plan``, ``model._layer_step``):
+from the second step of a run on, the layers' products and kernels are called with
+``torch.nn.functional`` over the tensors that the run's first fast step gathered, without
+module calls, attribute look-ups, per-layer checks or head transposes. Without autograd the
+weights with more outputs than inputs (the Q/K/V projections, the FFN's first layer, the
+output projection) are read from copies stored ``(in, out)`` (``minitransformer._layout``):
+the same products summed in another order. Each round also times two more paths, each step
+paired with its own floor over the parameters as stored: the fast path over the parameters
+(``Decoder.pack_weights = False``; its logits are the module path's bit for bit) and the
+module path (``Decoder.fast_step = False``).
 
-Where a step's time goes beyond the floor (one thread, measured on the shared 2-core machine):
+Why the copies (AMD EPYC with 32 MB of L3, PyTorch's MKL, one thread, 2026-12-06): MKL runs
+``F.linear`` of one row over ``nn.Linear``'s ``(out, in)`` layout, a dot product per output, at
+8-10 GB/s once the matrix has left the L2 cache, and over ``(in, out)``, a row of outputs per
+input, at 20-45 GB/s. After a cache flush a 4096 x 256 matrix (the output projection of
+``bench_hf.py``'s small shape) took 629 us against 282 us, 1024 x 256 199 us against 110 us,
+768 x 256 161 us against 120 us; 256 x 1024, with fewer outputs, went the other way (130 us
+against 182 us): hence the rule "more outputs than inputs". At a batch of 8 both layouts run
+alike (MKL packs the matrix itself). Here the copies made the floor 1.2-1.5x faster (medians
+over 5 rounds) and the step 1.1-1.4x; on the small GPT-2 shape, whose output projection is 4
+of its 17 MB, a step went from 2.0-2.4 ms to 1.3-1.5 ms.
 
-* Python is no longer the main part. At d_model 32, where the products cost nearly nothing, a
-  step takes ~550 us on the fast path, ~700 us through the modules, and ~510 us for a
-  throw-away hand-written step with no checks and no cache bookkeeping at all (measured in one
-  process): the fast path is within ~40 us of what plain ``torch.nn.functional`` calls cost.
-  What is left is PyTorch's own cost of ~85 operator calls per step (~3-6 us each).
-* torch.profiler, a fast step at cache length 128: the matrix products take ~70% of the
-  operators' time; the eight fused attention kernels ~12% (~35 us each, at one query row
-  mostly their set-up: the arithmetic is ~65k multiply-adds per call); views, transposes and
-  allocations inside ``F.linear`` and the attention kernel ~8%; LayerNorms, residual adds,
-  ReLU, the cache writes, embedding and argmax the rest.
-* So the 1.5x target would need the products to run as fast as back to back in the floor and
-  everything else, attention kernels included, to fit in half a floor (~0.6-1 ms). The
-  attention kernels and LayerNorms alone take ~0.3 ms, and the remaining operator calls about
-  as much: a step made of these PyTorch calls measures ~1.6-1.7x here, like the coordinator's
-  hand-written prototype (1.58-1.65x). Going lower means fewer operator calls per step
-  (fused kernels: add + LayerNorm, QKV + attention), which plain PyTorch on CPU does not offer.
-* On a second machine (AMD EPYC, 32 MB L3; 3 rounds) the floor is faster (0.46-0.52 ms) and
-  the step measures 1.81-2.06x. There the small operators are cheap (a LayerNorm ~2 us, an
-  add ~1 us, an attention kernel 5-25 us from 32 to 512 keys; 123 operator calls per step,
-  views included) and the products themselves run slower inside a step than back to back:
-  ~21 us each under torch.profiler against ~13 us in the floor. Interleaving each floor
-  product with one attention kernel adds 50-200 us beyond the two parts' own times, one
-  LayerNorm adds nothing, and attention written as matmul, softmax, matmul is slower still.
-  Cutting the ~40 cheap calls of a step (in-place adds, the cache's slices) could save ~15 us.
-* ``torch.compile`` (inductor, gcc 12, one thread, same machine), measured but not adopted:
-  the fast path's layer loop compiled as it is (dynamic shapes; 2 graphs, ~14 s to compile)
-  measures 1.82-1.83x against 1.92-1.95x eager at 128 tokens. A separate step function over
-  a fixed 64-position cache with a mask (static shapes) reaches 1.60-1.64x with
-  ``cpp_wrapper`` (1.78-1.89x without; eager 2.0-2.2x; 11-17 s to compile cold): the only
-  route seen toward 1.5x, at the price of a second copy of the step, attention over the
-  whole preallocated cache, and a C++ compiler on the learner's machine.
+Where a step's time goes beyond the floor (one thread, same machine; it is shared, and the
+floor moved between 0.8 and 1.5 ms from round to round):
 
-What the step path avoids: module calls and their attribute look-ups, per-layer checks (the
-first layer's are run for all), the head transposes (views at one query row), masks (built
-once per run: none for a one-token step, none for a source without padding), validation of
-the memory and source mask after the first step, slicing of the cross-attention keys and
-values; Q, K and V come from one product, dropout and attention-weight bookkeeping cost
-nothing in eval mode.
+* The step / floor ratio rose with the copies (medians 1.55 -> 1.71 at 256 new tokens, 1.70
+  -> 1.89 at 512): they shortened the floor more than the step, whose fixed part (~0.7-0.9
+  ms) stayed. A hand-written step of the small GPT-2 shape over the same tensors, with no
+  checks and no cache bookkeeping, measured 1.11 ms; without its attention 0.83 ms; without
+  its LayerNorms and GELUs too 0.65 ms; the floor 0.56 ms. So the four attention kernels take
+  ~70 us each inside a step (5-20 us alone: their keys and values come from memory), the
+  small operators ~0.2 ms, and the products run ~1.15x slower inside a step than back to
+  back. The package's step is within 0.05-0.15 ms of that hand-written one: Python around
+  the calls is no longer what is left.
+* The 1.5x target would need that fixed part under half a floor (~0.5 ms), less than the
+  attention kernels and LayerNorms take alone in a step. Attention written otherwise was
+  slower than the fused kernel in the hand-written step (1.18 ms against 1.28 ms as matmul,
+  softmax, matmul; in another run 1.08 ms against 1.14 ms as elementwise products and sums).
+  Fewer operator calls would need fused kernels (add + LayerNorm, QKV + attention), which
+  eager PyTorch on CPU does not offer.
+* Earlier, on the parameters' layout (same kind of machine, 3 rounds): 123 operator calls per
+  step, views included; a LayerNorm ~2 us, an add ~1 us, an attention kernel 5-25 us from 32
+  to 512 keys; interleaving each floor product with one attention kernel added 50-200 us
+  beyond the two parts' own times; cutting the ~40 cheap calls (in-place adds, the cache's
+  slices) would save ~15 us.
+* ``torch.compile`` (inductor, gcc 12, one thread), measured on the parameters' layout but
+  not adopted: the fast path's layer loop compiled as it is (dynamic shapes; 2 graphs, ~14 s
+  to compile) measured 1.82-1.83x of that floor against 1.92-1.95x eager at 128 tokens. A
+  separate step function over a fixed 64-position cache with a mask (static shapes) reached
+  1.60-1.64x with ``cpp_wrapper`` (1.78-1.89x without; eager 2.0-2.2x; 11-17 s to compile
+  cold), at the price of a second copy of the step, attention over the whole preallocated
+  cache, and a C++ compiler on the learner's machine.
+
+What the step path avoids: module calls and their attribute look-ups (the run's first fast
+step gathers the tensors), per-layer checks (the first layer's are run for all), the head
+transposes (views at one query row), masks (built once per run: none for a one-token step,
+none for a source without padding), validation of the memory and source mask after the first
+step, slicing of the cross-attention keys and values; Q, K and V come from one product,
+dropout and attention-weight bookkeeping cost nothing in eval mode.
 
 Run: ``.venv/bin/python benchmarks/bench_kv_cache.py [--rounds 5] [--threads N] [--device cpu]``
 """
@@ -125,22 +137,18 @@ def timed(fn, now) -> tuple[float, float]:
 
 def floor_products(model: Transformer, device: torch.device, packed: bool) -> list[tuple]:
     """``(input, weight, bias)`` of each matrix-vector product of a cached step, in order, over
-    the weights as the step reads them: ``packed``, the copies of ``step_weight`` (the default
-    step, without autograd), else the parameters as ``nn.Linear`` stores them."""
-    layout = step_weight if packed else (lambda weight: weight)
+    the very tensors the step reads (its plan, ``Decoder._step_plan``): ``packed``, the
+    copies of ``step_weight`` where it makes them (the default step, without autograd), else
+    the parameters as ``nn.Linear`` stores them."""
     products = []
     for layer in model.decoder.layers:
-        attn, cross, ffn = layer.self_attn, layer.cross_attn, layer.feed_forward
-        rows = cross.num_heads * cross.d_k  # W^Q: the first rows of [W^Q; W^K; W^V]
-        products += [
-            (layout(attn.in_proj_weight), attn.in_proj_bias),
-            (layout(attn.w_o.weight), attn.w_o.bias),
-            (layout(cross.in_proj_weight)[:rows], cross.in_proj_bias[:rows]),
-            (layout(cross.w_o.weight), cross.w_o.bias),
-            (layout(ffn.linear1.weight), ffn.linear1.bias),
-            (layout(ffn.linear2.weight), ffn.linear2.bias),
-        ]
-    products.append((layout(model.output.weight), None))
+        step = layer._step_weights(packed)
+        cross, _ = step.cross
+        w1, b1, w2, b2, _ = step.ffn
+        for a in (step.self_attn, cross):
+            products += [(a.w_in, a.b_in), (a.w_o, a.b_o)]
+        products += [(w1, b1), (w2, b2)]
+    products.append((step_weight(model.output.weight) if packed else model.output.weight, None))
     return [(torch.randn(1, 1, w.shape[1], device=device), w, b) for w, b in products]
 
 

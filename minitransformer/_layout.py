@@ -1,20 +1,19 @@
 """Weights laid out for the products of a cached decoding step.
 
-Chapter "Inference: the KV cache and the cost of attention", section "Where a step's time goes".
-A cached step multiplies one row per sequence by every weight matrix. ``F.linear(x, W)`` keeps
+Chapter "Inference: the KV cache and the cost of attention", section "The measured speed-up".
+A cached step multiplies one row per sequence by every weight matrix. ``F.linear(x, W)`` reads
 ``W`` as ``nn.Linear`` stores it, ``(out, in)``, and computes ``x W^T``: one dot product of
-length ``in`` per output. The same product over ``W^T`` stored row by row, ``(in, out)``,
-adds up ``in`` rows of length ``out`` instead. The numbers are the same up to rounding, but the
-BLAS library runs the two with different kernels: on the machines where the package was
-developed (AMD EPYC, PyTorch's MKL), a matrix with more outputs than inputs went about twice as
-fast the second way, and one with fewer outputs a little slower (``benchmarks/bench_kv_cache.py``
-measures both layouts).
+length ``in`` per output. The same product over ``W^T`` stored row by row, ``(in, out)``, adds
+up ``in`` rows of length ``out`` instead. The numbers are the same up to rounding, but the BLAS
+library runs the two with different kernels: on the machines where the package was developed
+(AMD EPYC, PyTorch's MKL), a matrix with more outputs than inputs went 1.3 to 2.2 times faster
+the second way once it had left the L2 cache, and one with fewer outputs slower
+(``benchmarks/bench_kv_cache.py`` has the measurements).
 
 :func:`step_weight` gives a weight in the layout its one-row product reads faster: a copy,
-made on first use and reused until the parameter changes (an optimiser step, ``copy_``,
-``load_state_dict``, ``.to()``). The copy costs memory (the fast step of GPT-2 small keeps
-352 MB of them beside its 498 MB of parameters) and is dropped with its parameter.
-"""
+made on first use and made again when the parameter changes (an optimiser step, ``copy_``,
+``load_state_dict``, ``.to()``). The copies cost memory (for GPT-2 small, 352 MB beside its
+498 MB of parameters) and go with their parameters."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from minitransformer._checks import positive_int, probability, tensor
-from minitransformer._layout import step_weight
+from minitransformer._layout import step_weight, transposed_layout
 from minitransformer.kv_cache import AttentionCache
 from minitransformer.positional import rotary_embedding
 
@@ -307,11 +307,13 @@ class MultiHeadAttention(nn.Module):
         w_in: Tensor = self.in_proj_weight
         b_in: Tensor | None = self.in_proj_bias
         w_o: Tensor = self.w_o.weight
-        if packed:
-            w_in, w_o = step_weight(w_in), step_weight(w_o)
-        if cross:  # W^Q: the first h d_k rows
+        if cross:  # W^Q alone, the first h d_k rows: from the copy if W^Q is read that way
             rows = self.num_heads * self.d_k
-            w_in, b_in = w_in[:rows], None if b_in is None else b_in[:rows]
+            source = step_weight(w_in) if packed and transposed_layout(w_in[:rows]) else w_in
+            w_in, b_in = source[:rows], None if b_in is None else b_in[:rows]
+        elif packed:
+            w_in = step_weight(w_in)
+        w_o = step_weight(w_o) if packed else w_o
         return _AttentionStep(
             w_in, b_in, w_o, self.w_o.bias, self.num_heads, self.num_kv_heads, self.d_k
         )

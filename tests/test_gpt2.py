@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from minitransformer._layout import step_weight
 from minitransformer.gpt2 import from_hf_gpt2, gpt2_weight_map, load_safetensors
 from minitransformer.kv_cache import KVCache
 from minitransformer.lm import DecoderOnlyTransformer, generate
@@ -89,6 +90,17 @@ def test_gpt2_small_shape() -> None:
     assert sum(p.numel() for p in hf.parameters()) == 124_439_808
     tokens = torch.randint(0, 50257, (1, 12), generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(logits(ours, tokens), logits(hf, tokens), rtol=0, atol=1e-5)
+    # The cached step's copies laid out (in, out): c_attn, c_fc and the output projection, as
+    # minitransformer._layout says (88,142,592 numbers, 352 MB in float32, beside 498 MB)
+    cache = KVCache.for_model(ours, 4)
+    generate(ours, tokens[:, :2], 2, temperature=0, cache=cache)
+    plan = cache.step_plan.layers
+    copies = [step.self_attn.w_in for step in plan] + [step.ffn[0] for step in plan]
+    copies.append(step_weight(ours.output.weight))
+    parameters = {p.data_ptr() for p in ours.parameters()}
+    assert not any(copy.data_ptr() in parameters for copy in copies)
+    assert sum(copy.numel() for copy in copies) == 88_142_592
+    assert plan[0].self_attn.w_o is ours.decoder.layers[0].self_attn.w_o.weight  # 768 x 768
 
 
 @pytest.mark.parametrize("use_cache", [True, False])
