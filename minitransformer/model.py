@@ -462,7 +462,7 @@ def _output_projection(
     output: nn.Linear, x: Tensor, decoder: Decoder, cache: KVCache | None
 ) -> Tensor:
     """``output(x)``: the pre-softmax projection, ``(B, T, d_model) -> (B, T, V)``. A cached
-    step of one token reads the weight as the decoder's layers do (``Decoder.packs_weights``)."""
+    step of one token reads the weight as the decoder's layers do (``Decoder._packs_weights``)."""
     if cache is not None and x.shape[1] == 1 and decoder._packs_weights():
         return F.linear(x, step_weight(output.weight), output.bias)
     return output(x)
@@ -583,11 +583,12 @@ class Decoder(nn.Module):
             layer_caches = cache.layers
         # The same shapes for every layer (their caches fill in step): check once.
         layers[0]._check_inputs(x, memory, src_mask, tgt_mask, layer_caches[0])
-        plan = None if cache is None or tgt_mask is not None else self._step_plan(x, memory, cache)
-        if plan is not None:  # the fast path: the same computation without the modules
-            for step, entry in zip(plan.layers, cache.layers, strict=True):  # type: ignore[union-attr]
-                x = _layer_step(step, x, memory, src_mask, entry)  # (B, 1, d_model)
-            return x if plan.norm is None else F.layer_norm(x, *plan.norm)
+        if cache is not None and tgt_mask is None:
+            plan = self._step_plan(x, memory, cache)
+            if plan is not None:  # the fast path: the same computation without the modules
+                for step, entry in zip(plan.layers, cache.layers, strict=True):
+                    x = _layer_step(step, x, memory, src_mask, entry)  # (B, 1, d_model)
+                return x if plan.norm is None else F.layer_norm(x, *plan.norm)
         for layer, layer_cache in zip(layers, layer_caches, strict=True):
             x = layer._forward(x, memory, src_mask, tgt_mask, layer_cache)  # (B, T, d_model)
         return self.norm(x) if self.norm is not None else x
