@@ -347,8 +347,7 @@ class MultiHeadAttention(nn.Module):
 
     def _repeat_kv(self, x: Tensor) -> Tensor:
         """Grouped-query attention: each K/V head serves ``h / h_kv`` query heads."""
-        group = self.num_heads // self.num_kv_heads
-        return x if group == 1 else x.repeat_interleave(group, dim=1)  # (B, h, S, d)
+        return _repeat_heads(x, self.num_heads // self.num_kv_heads)  # (B, h, S, d)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
@@ -747,6 +746,12 @@ def attention_parameter_count(
     return weights + biases
 
 
+def _repeat_heads(x: Tensor, group: int) -> Tensor:
+    """``(B, h_kv, S, d) -> (B, h_kv * group, S, d)``: each K/V head repeated for the ``group``
+    query heads it serves (grouped-query attention); ``x`` itself when ``group`` is 1."""
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
 class _AttentionStep(NamedTuple):
     """The tensors and sizes :func:`_attention_step` reads: one :class:`MultiHeadAttention`'s,
     gathered once per decoding run, so that a step looks up no module attributes."""
@@ -788,8 +793,7 @@ def _attention_step(
         cache.holds(memory)  # raises if the cache holds another encoder output
         q = F.linear(x, a.w_in, a.b_in).view(B, h, 1, d_k)  # (B, h, 1, d_k)
         k, v = cache.get()  # (B, h_kv, S, d_k)
-    if h != h_kv:  # grouped-query attention: each K/V head serves h / h_kv query heads
-        k, v = k.repeat_interleave(h // h_kv, dim=1), v.repeat_interleave(h // h_kv, dim=1)
+    k, v = _repeat_heads(k, h // h_kv), _repeat_heads(v, h // h_kv)  # (B, h, S, d_k)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, 1, d_v)
     # Concat(heads) W^O; with one row, (B, h, 1, d_v) is already laid out as (B, 1, h d_v)
     return F.linear(out.view(B, 1, h * d_k), a.w_o, a.b_o)
